@@ -1,0 +1,213 @@
+package localcassandra
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	stampFile = ".installed"
+	// dependencyPlugin is pinned so installs are reproducible (Maven 3.8's
+	// implicit default is the old 2.8).
+	dependencyPlugin = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+)
+
+const pomTemplate = `<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by baton's internal/localcassandra: resolves Cassandra's runtime jars. -->
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>dev.baton.localcassandra</groupId>
+  <artifactId>cassandra-runtime</artifactId>
+  <version>%[1]s</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.cassandra</groupId>
+      <artifactId>cassandra-all</artifactId>
+      <version>%[1]s</version>
+    </dependency>
+  </dependencies>
+</project>
+`
+
+// Install makes sure Cassandra cfg.Version and its runtime dependencies are in
+// the cache and returns the directory holding the jars. It is idempotent and
+// safe to call from several processes at once.
+func Install(ctx context.Context, cfg Config) (libDir string, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	if _, err := javaBinary(ctx, cfg); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cfg.CacheDir, cfg.Version)
+	libDir = filepath.Join(dir, "lib")
+	if installed(dir, cfg.Version) {
+		return libDir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("localcassandra: install: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"))
+	if err != nil {
+		return "", fmt.Errorf("localcassandra: install: %w", err)
+	}
+	defer unlock()
+	if installed(dir, cfg.Version) { // another process finished while we waited
+		return libDir, nil
+	}
+
+	mvn := cfg.Maven
+	if mvn == "" {
+		mvn = "mvn"
+	}
+	mvnPath, err := exec.LookPath(mvn)
+	if err != nil {
+		return "", fmt.Errorf("localcassandra: Maven (%s) not found: install Maven 3 (e.g. apt-get install maven) so Cassandra's jars can be fetched from Maven Central: %w", mvn, err)
+	}
+
+	start := time.Now()
+	fmt.Fprintf(cfg.Progress, "installing Cassandra %s from Maven Central into %s (first run takes a few minutes)\n", cfg.Version, dir)
+	_ = os.Remove(filepath.Join(dir, stampFile))
+	tmpLib := filepath.Join(dir, "lib.tmp")
+	for _, d := range []string{tmpLib, libDir} {
+		if err := os.RemoveAll(d); err != nil {
+			return "", fmt.Errorf("localcassandra: install: %w", err)
+		}
+	}
+	pom := filepath.Join(dir, "pom.xml")
+	if err := os.WriteFile(pom, fmt.Appendf(nil, pomTemplate, cfg.Version), 0o644); err != nil {
+		return "", fmt.Errorf("localcassandra: install: %w", err)
+	}
+	logPath := filepath.Join(dir, "install.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return "", fmt.Errorf("localcassandra: install: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, mvnPath, "-B", "--no-transfer-progress", "-f", pom,
+		dependencyPlugin+":copy-dependencies",
+		"-DincludeScope=runtime", "-DoutputDirectory="+tmpLib)
+	cmd.Dir = dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	runErr := cmd.Run()
+	_ = logFile.Close()
+	if runErr != nil {
+		return "", fmt.Errorf("localcassandra: mvn dependency:copy-dependencies failed (log %s):\n%s\n%w", logPath, tailFile(logPath, 30), runErr)
+	}
+	for _, want := range []string{"cassandra-all-" + cfg.Version + ".jar", "jamm-*.jar", "netty-all-*.jar"} {
+		if m, _ := filepath.Glob(filepath.Join(tmpLib, want)); len(m) == 0 {
+			return "", fmt.Errorf("localcassandra: install: %s missing after mvn (log %s)", want, logPath)
+		}
+	}
+	if err := os.Rename(tmpLib, libDir); err != nil {
+		return "", fmt.Errorf("localcassandra: install: %w", err)
+	}
+	stampTmp := filepath.Join(dir, stampFile+".tmp")
+	if err := os.WriteFile(stampTmp, []byte(cfg.Version+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("localcassandra: install: %w", err)
+	}
+	if err := os.Rename(stampTmp, filepath.Join(dir, stampFile)); err != nil {
+		return "", fmt.Errorf("localcassandra: install: %w", err)
+	}
+	fmt.Fprintf(cfg.Progress, "installed Cassandra %s in %s\n", cfg.Version, time.Since(start).Round(time.Second))
+	return libDir, nil
+}
+
+func installed(dir, version string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, stampFile))
+	if err != nil || strings.TrimSpace(string(b)) != version {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(dir, "lib", "cassandra-all-"+version+".jar"))
+	return err == nil
+}
+
+// lockFile takes an exclusive flock on path, polling until ctx is done.
+func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				_ = f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("waiting for install lock %s: %w", path, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+var javaVersionRE = regexp.MustCompile(`version "(\d+)(?:\.(\d+))?`)
+
+// javaBinary finds java and checks that it is version 17 or newer.
+func javaBinary(ctx context.Context, cfg Config) (string, error) {
+	java := cfg.Java
+	if java == "" {
+		java = "java"
+		if jh := os.Getenv("JAVA_HOME"); jh != "" {
+			if _, err := os.Stat(filepath.Join(jh, "bin", "java")); err == nil {
+				java = filepath.Join(jh, "bin", "java")
+			}
+		}
+	}
+	path, err := exec.LookPath(java)
+	if err != nil {
+		return "", fmt.Errorf("localcassandra: java (%s) not found: install a JDK 17 or newer (e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME: %w", java, err)
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, "-version")
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("localcassandra: %s -version failed: %s: %w", path, strings.TrimSpace(out.String()), err)
+	}
+	m := javaVersionRE.FindStringSubmatch(out.String())
+	if m == nil {
+		return "", fmt.Errorf("localcassandra: cannot parse the output of %s -version: %q", path, out.String())
+	}
+	major, _ := strconv.Atoi(m[1])
+	if major == 1 && m[2] != "" { // 1.8 style
+		major, _ = strconv.Atoi(m[2])
+	}
+	if major < 17 {
+		return "", fmt.Errorf("localcassandra: %s is Java %d; Cassandra 5.0 here needs Java 17+: install a JDK 17 (e.g. apt-get install openjdk-17-jdk-headless) or set JAVA_HOME", path, major)
+	}
+	return path, nil
+}
+
+// tailFile returns the last n lines of a file, or a note that it is unreadable.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,361 @@
+package cassandrastore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/baton-dev/baton/internal/cutstore"
+	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+)
+
+// TestSixteenContenders: 16 contenders with separate sessions never overlap and tokens grow.
+func TestSixteenContenders(t *testing.T) {
+	id := lockID(t)
+	var log grantLog
+	var wg sync.WaitGroup
+	const rounds = 3
+	for i := range 16 {
+		store := newStore(t, single, "")
+		l := newLocker(t, store, fmt.Sprintf("c%d", i))
+		wg.Go(func() {
+			for range rounds {
+				lease, err := l.Acquire(ctxFor(t, 2*time.Minute), id)
+				if err != nil {
+					t.Errorf("contender %d: %v", i, err)
+					return
+				}
+				start := time.Now()
+				time.Sleep(10 * time.Millisecond)
+				if !lease.Valid() {
+					t.Errorf("contender %d: lease lost while holding: %v", i, lease.Err())
+				}
+				log.add(hold{who: l.Owner().String(), token: lease.Token(), start: start, end: time.Now()})
+				release(t, lease)
+			}
+		})
+	}
+	wg.Wait()
+	log.check(t)
+	if got := len(log.holds); got != 16*rounds {
+		t.Fatalf("%d grants, want %d", got, 16*rounds)
+	}
+}
+
+// TestTryAcquire: Try fails while held and while others are queued ahead, and succeeds when free.
+func TestTryAcquire(t *testing.T) {
+	store := newStore(t, single, "")
+	id := lockID(t)
+	a, b := newLocker(t, store, "a"), newLocker(t, store, "b")
+	ctx := ctxFor(t, time.Minute)
+
+	la, err := a.TryAcquire(ctx, id)
+	if err != nil {
+		t.Fatalf("try on a free lock: %v", err)
+	}
+	if _, err := b.TryAcquire(ctx, id); !errors.Is(err, lock.ErrLocked) {
+		t.Fatalf("try on a held lock: got %v, want ErrLocked", err)
+	}
+	if _, err := a.TryAcquire(ctx, id); !errors.Is(err, lock.ErrAlreadyHeld) {
+		t.Fatalf("try by the holder: got %v, want ErrAlreadyHeld", err)
+	}
+	release(t, la)
+	lb, err := b.TryAcquire(ctx, id)
+	if err != nil {
+		t.Fatalf("try after release: %v", err)
+	}
+	if lb.Token() != la.Token()+1 {
+		t.Fatalf("token %d after %d, want +1", lb.Token(), la.Token())
+	}
+
+	// A slow waiter queues behind b; once b releases, the lock is free but the waiter is ahead.
+	slow := newLocker(t, store, "slow", lock.WithPollInterval(3*time.Second),
+		lock.WithWaiterPollInterval(3*time.Second), lock.WithQueueEntryTTL(9*time.Second))
+	got := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := slow.Acquire(ctx, id)
+		if err != nil {
+			t.Errorf("slow waiter: %v", err)
+		}
+		got <- l
+	}()
+	waitFor(t, "the slow waiter to queue", func() bool {
+		st, err := lock.Inspect(ctx, store, id)
+		return err == nil && len(st.Queue) == 1
+	})
+	release(t, lb)
+	if _, err := a.TryAcquire(ctx, id); !errors.Is(err, lock.ErrLocked) || !strings.Contains(err.Error(), "queued") {
+		t.Fatalf("try with a waiter queued ahead: got %v, want ErrLocked naming the queue", err)
+	}
+	ls := <-got
+	if ls == nil || ls.Token() != lb.Token()+1 {
+		t.Fatalf("slow waiter should get the lock next")
+	}
+	release(t, ls)
+}
+
+// TestReleaseHandsOffInQueueOrder: waiters get the lock in arrival order.
+func TestReleaseHandsOffInQueueOrder(t *testing.T) {
+	store := newStore(t, single, "")
+	id := lockID(t)
+	ctx := ctxFor(t, time.Minute)
+	holder, err := newLocker(t, store, "holder").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		i     int
+		lease *lock.Lease
+		at    time.Time
+	}
+	grants := make(chan grant, 3)
+	for i := range 3 {
+		l := newLocker(t, store, fmt.Sprintf("w%d", i))
+		go func() {
+			lease, err := l.Acquire(ctx, id)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			grants <- grant{i, lease, time.Now()}
+		}()
+		waitFor(t, fmt.Sprintf("waiter %d to queue", i), func() bool {
+			st, err := lock.Inspect(ctx, store, id)
+			return err == nil && len(st.Queue) == i+1
+		})
+	}
+	prev := holder
+	for want := range 3 {
+		start := time.Now()
+		release(t, prev)
+		g := <-grants
+		if g.i != want {
+			t.Fatalf("waiter %d was granted before waiter %d", g.i, want)
+		}
+		if g.lease.Token() != prev.Token()+1 {
+			t.Fatalf("token %d after %d", g.lease.Token(), prev.Token())
+		}
+		t.Logf("handoff to waiter %d took %v", g.i, g.at.Sub(start))
+		prev = g.lease
+	}
+	release(t, prev)
+}
+
+// TestTakeoverAfterLease: a holder that stops renewing fences itself before a waiter takes over,
+// and the waiter takes over about one lease later.
+func TestTakeoverAfterLease(t *testing.T) {
+	cut := cutstore.New(newStore(t, single, ""))
+	id := lockID(t)
+	ctx := ctxFor(t, time.Minute)
+	holder, err := newLocker(t, cut, "holder").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut.Cut(true)
+	cutAt := time.Now()
+	waiter, err := newLocker(t, newStore(t, single, ""), "waiter").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(cutAt)
+	select {
+	case <-holder.Done():
+	default:
+		t.Fatal("the waiter was granted while the old holder still claimed the lock")
+	}
+	if !errors.Is(holder.Err(), lock.ErrLeaseExpired) {
+		t.Fatalf("old holder's loss reason: %v, want ErrLeaseExpired", holder.Err())
+	}
+	if waiter.Token() != holder.Token()+1 {
+		t.Fatalf("token %d after %d", waiter.Token(), holder.Token())
+	}
+	if took < testLease-testLease/3 || took > testLease+3*time.Second {
+		t.Fatalf("takeover after %v, want about one lease (%v)", took, testLease)
+	}
+	t.Logf("takeover %v after the holder was cut off (lease %v)", took, testLease)
+	release(t, waiter)
+}
+
+// TestSelfFenceWhenCassandraUnreachable: the holder's connection to Cassandra stalls; it reports
+// the loss before the lease ends, and only then may another owner be granted.
+func TestSelfFenceWhenCassandraUnreachable(t *testing.T) {
+	cl := single.Cluster(t)
+	proxy, err := testenv.NewProxy(cl.Hosts()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	host, viaProxy := proxied(proxy)
+	session, err := testenv.NewSession([]string{host}, viaProxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(session.Close)
+	t.Cleanup(func() { proxy.Stall(false) }) // runs first: let the session close promptly
+	newStore(t, single, "")                  // schema
+	store, err := cassandrastore.New(ctxFor(t, time.Minute), session, cassandrastore.WithKeyspace(keyspace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := lockID(t)
+	ctx := ctxFor(t, time.Minute)
+	holder, err := newLocker(t, store, "holder").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalledAt := time.Now()
+	proxy.Stall(true)
+	lost := make(chan time.Time, 1)
+	go func() {
+		<-holder.Done()
+		lost <- time.Now()
+	}()
+	waiter, err := newLocker(t, newStore(t, single, ""), "waiter").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grantedAt := time.Now()
+	lostAt := <-lost
+	if !errors.Is(holder.Err(), lock.ErrLeaseExpired) {
+		t.Fatalf("loss reason %v, want ErrLeaseExpired", holder.Err())
+	}
+	if !lostAt.Before(grantedAt) {
+		t.Fatalf("the holder reported the loss at %v, after the waiter was granted at %v", lostAt.Sub(stalledAt), grantedAt.Sub(stalledAt))
+	}
+	if lostAt.Sub(stalledAt) > testLease {
+		t.Fatalf("the holder reported the loss %v after the stall, later than one lease", lostAt.Sub(stalledAt))
+	}
+	t.Logf("holder fenced itself %v after Cassandra became unreachable; waiter granted %v after", lostAt.Sub(stalledAt), grantedAt.Sub(stalledAt))
+	release(t, waiter)
+}
+
+// TestRevocation: a revoked holder learns it at its next renewal; the next waiter gets a larger
+// token; a stale token cannot be revoked.
+func TestRevocation(t *testing.T) {
+	store := newStore(t, single, "")
+	id := lockID(t)
+	ctx := ctxFor(t, time.Minute)
+	holder, err := newLocker(t, store, "holder").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Revoke(ctx, store, id, holder.Token()+5); !errors.Is(err, lock.ErrNotHolder) {
+		t.Fatalf("revoking a token that was never granted: %v, want ErrNotHolder", err)
+	}
+	got := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := newLocker(t, store, "waiter").Acquire(ctx, id)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- l
+	}()
+	revokedAt := time.Now()
+	if err := lock.Revoke(ctx, store, id, holder.Token()); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	select {
+	case <-holder.Done():
+	case <-time.After(testLease):
+		t.Fatal("the revoked holder did not notice within one lease")
+	}
+	if !errors.Is(holder.Err(), lock.ErrRevoked) {
+		t.Fatalf("loss reason %v, want ErrRevoked", holder.Err())
+	}
+	noticed := time.Since(revokedAt)
+	w := <-got
+	if w == nil || w.Token() != holder.Token()+1 {
+		t.Fatal("the waiter should be granted the next token")
+	}
+	t.Logf("revoked holder noticed after %v; waiter granted after %v", noticed, time.Since(revokedAt))
+	if err := lock.Revoke(ctx, store, id, holder.Token()); !errors.Is(err, lock.ErrNotHolder) {
+		t.Fatalf("revoking the old token again: %v, want ErrNotHolder", err)
+	}
+	release(t, w)
+}
+
+// TestRestartTakesOverAtOnce: a new incarnation of the same identity takes over its predecessor's
+// grant at once with a new token (BRIEF §3 rule 7).
+func TestRestartTakesOverAtOnce(t *testing.T) {
+	cut := cutstore.New(newStore(t, single, ""))
+	id := lockID(t)
+	ctx := ctxFor(t, time.Minute)
+	first, err := lock.New(cut, lock.Owner{Identity: "ns/pod/uid-1", Incarnation: "a"}, lock.WithLease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := first.Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut.Cut(true) // the old process dies without releasing
+	second, err := lock.New(newStore(t, single, ""), lock.Owner{Identity: "ns/pod/uid-1", Incarnation: "b"}, lock.WithLease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := second.Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("restart takeover took %v; it should not wait for the 30s lease", took)
+	}
+	if l.Token() != old.Token()+1 {
+		t.Fatalf("token %d after %d", l.Token(), old.Token())
+	}
+	release(t, l)
+}
+
+// TestBadInput: invalid lock IDs, options and store settings are rejected with clear errors.
+func TestBadInput(t *testing.T) {
+	store := newStore(t, single, "")
+	l := newLocker(t, store, "bad")
+	ctx := ctxFor(t, time.Minute)
+	for _, id := range []string{"", strings.Repeat("x", lock.MaxIDLength+1), "has space", "bad\x00byte", "\xff"} {
+		if _, err := l.Acquire(ctx, id); !errors.Is(err, lock.ErrInvalidLockID) {
+			t.Errorf("Acquire(%q): %v, want ErrInvalidLockID", id, err)
+		}
+	}
+	owner, _ := lock.NewOwner("test/bad")
+	for _, o := range []lock.Option{lock.WithLease(0), lock.WithRenewInterval(0), lock.WithSafetyMargin(-time.Second), lock.WithRequestTimeout(0)} {
+		if _, err := lock.New(store, owner, o); !errors.Is(err, lock.ErrInvalidOption) {
+			t.Errorf("zero or negative duration accepted: %v", err)
+		}
+	}
+	session := single.Session(t)
+	for _, tc := range []struct {
+		name string
+		opts []cassandrastore.Option
+		want string
+	}{
+		{"bad keyspace", []cassandrastore.Option{cassandrastore.WithKeyspace("no-dash")}, "keyspace"},
+		{"weak consistency", []cassandrastore.Option{cassandrastore.WithKeyspace(keyspace), cassandrastore.WithConsistency(gocql.One)}, "too weak"},
+		{"bad serial", []cassandrastore.Option{cassandrastore.WithKeyspace(keyspace), cassandrastore.WithSerialConsistency(gocql.Quorum)}, "SERIAL"},
+		{"missing schema", []cassandrastore.Option{cassandrastore.WithKeyspace("system")}, "EnsureSchema"},
+	} {
+		if _, err := cassandrastore.New(context.Background(), session, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// waitFor polls cond until it holds or 30 seconds pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

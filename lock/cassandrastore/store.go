@@ -1,0 +1,177 @@
+package cassandrastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/baton-dev/baton/lock"
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithKeyspace sets the keyspace holding baton's tables. Default "baton".
+func WithKeyspace(ks string) Option { return func(s *Store) { s.keyspace = ks } }
+
+// WithConsistency sets the consistency of reads, queue writes and the commit phase of lightweight
+// transactions: Quorum (default), LocalQuorum, EachQuorum or All.
+func WithConsistency(c gocql.Consistency) Option { return func(s *Store) { s.cons = c } }
+
+// WithSerialConsistency sets the consistency of the Paxos phase of lightweight transactions and of
+// linearizable reads: Serial (default) or LocalSerial (only when every contender of a lock is in
+// one data centre).
+func WithSerialConsistency(c gocql.Consistency) Option { return func(s *Store) { s.serial = c } }
+
+// Store is a lock.Store on Cassandra. It is safe for concurrent use.
+type Store struct {
+	session  *gocql.Session
+	keyspace string
+	cons     gocql.Consistency
+	serial   gocql.Consistency
+
+	qLoad, qInsert, qUpdate, qEnqueue, qDequeue, qQueue string
+}
+
+var _ lock.Store = (*Store)(nil)
+
+// New returns a Store on session after checking the options and that the keyspace holds a schema
+// this build understands (see EnsureSchema).
+func New(ctx context.Context, session *gocql.Session, opts ...Option) (*Store, error) {
+	if session == nil {
+		return nil, errors.New("cassandrastore: session is nil")
+	}
+	s := &Store{session: session, keyspace: DefaultKeyspace, cons: gocql.Quorum, serial: gocql.Serial}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := validateKeyspace(s.keyspace); err != nil {
+		return nil, err
+	}
+	switch s.cons {
+	case gocql.Quorum, gocql.LocalQuorum, gocql.EachQuorum, gocql.All:
+	default:
+		return nil, fmt.Errorf("cassandrastore: consistency %v is too weak for a lock: use QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL", s.cons)
+	}
+	if s.serial != gocql.Serial && s.serial != gocql.LocalSerial {
+		return nil, fmt.Errorf("cassandrastore: serial consistency %v must be SERIAL or LOCAL_SERIAL", s.serial)
+	}
+	if err := checkSchema(ctx, session, s.keyspace, s.cons); err != nil {
+		return nil, err
+	}
+	ks := s.keyspace
+	const cols = `owner, fencing_token, version, lease_ms, revoked, granted_at, renewed_at`
+	s.qLoad = fmt.Sprintf(`SELECT %s FROM %s.lock_owners WHERE lock_id = ?`, cols, ks)
+	s.qInsert = fmt.Sprintf(`INSERT INTO %s.lock_owners (lock_id, %s) VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS`, ks, cols)
+	s.qUpdate = fmt.Sprintf(`UPDATE %s.lock_owners SET owner = ?, fencing_token = ?, version = ?, lease_ms = ?, revoked = ?, granted_at = ?, renewed_at = ?
+		WHERE lock_id = ? IF version = ? AND owner = ? AND fencing_token = ? AND revoked = ? AND lease_ms = ?`, ks)
+	s.qEnqueue = fmt.Sprintf(`INSERT INTO %s.lock_queue (lock_id, enqueued, owner) VALUES (?, ?, ?) USING TTL ?`, ks)
+	s.qDequeue = fmt.Sprintf(`DELETE FROM %s.lock_queue WHERE lock_id = ? AND enqueued = ? AND owner = ?`, ks)
+	s.qQueue = fmt.Sprintf(`SELECT enqueued, owner FROM %s.lock_queue WHERE lock_id = ? LIMIT ?`, ks)
+	return s, nil
+}
+
+// Load implements lock.Store. A linearizable load is a SERIAL (or LOCAL_SERIAL) read, which
+// completes or supersedes any Paxos round left unfinished by a write of unknown outcome.
+func (s *Store) Load(ctx context.Context, lockID string, linearizable bool) (lock.Record, bool, error) {
+	cons := s.cons
+	if linearizable {
+		cons = s.serial
+	}
+	m := make(map[string]any)
+	err := s.session.Query(s.qLoad, lockID).Consistency(cons).Idempotent(true).MapScanContext(ctx, m)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return lock.Record{}, false, nil
+	}
+	if err != nil {
+		return lock.Record{}, false, fmt.Errorf("cassandrastore: loading owner record: %w", err)
+	}
+	return recordFrom(m), true, nil
+}
+
+// CompareAndSwap implements lock.Store with a lightweight transaction.
+func (s *Store) CompareAndSwap(ctx context.Context, lockID string, prev, next lock.Record) (bool, lock.Record, bool, error) {
+	args := []any{next.Owner, next.Token, next.Version, next.Lease.Milliseconds(), next.Revoked, timestamp(next.GrantedAt), timestamp(next.RenewedAt)}
+	var q *gocql.Query
+	if prev.Version == 0 {
+		q = s.session.Query(s.qInsert, append([]any{lockID}, args...)...)
+	} else {
+		q = s.session.Query(s.qUpdate, append(args, lockID, prev.Version, prev.Owner, prev.Token, prev.Revoked, prev.Lease.Milliseconds())...)
+	}
+	m := make(map[string]any)
+	applied, err := q.Consistency(s.cons).SerialConsistency(s.serial).Idempotent(false).MapScanCASContext(ctx, m)
+	if err != nil {
+		return false, lock.Record{}, false, fmt.Errorf("%w: cassandrastore: %w", lock.ErrUnknownOutcome, err)
+	}
+	if applied {
+		return true, lock.Record{}, false, nil
+	}
+	// Not applied: Cassandra returns the current values of the columns named in the condition (all
+	// of them for IF NOT EXISTS), or nothing when the row does not exist.
+	if _, ok := m["version"]; !ok {
+		return false, lock.Record{}, false, nil
+	}
+	return false, recordFrom(m), true, nil
+}
+
+// Enqueue implements lock.Store.
+func (s *Store) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, ttl time.Duration) error {
+	secs := int(ttl.Round(time.Second) / time.Second)
+	if secs < 1 {
+		return fmt.Errorf("cassandrastore: queue entry TTL %v is under one second", ttl)
+	}
+	err := s.session.Query(s.qEnqueue, lockID, e.Enqueued, e.Owner, secs).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("cassandrastore: writing queue entry: %w", err)
+	}
+	return nil
+}
+
+// Dequeue implements lock.Store.
+func (s *Store) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) error {
+	err := s.session.Query(s.qDequeue, lockID, e.Enqueued, e.Owner).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
+	if err != nil {
+		return fmt.Errorf("cassandrastore: deleting queue entry: %w", err)
+	}
+	return nil
+}
+
+// Queue implements lock.Store.
+func (s *Store) Queue(ctx context.Context, lockID string, limit int) ([]lock.QueueEntry, error) {
+	iter := s.session.Query(s.qQueue, lockID, limit).Consistency(s.cons).Idempotent(true).IterContext(ctx)
+	var (
+		out []lock.QueueEntry
+		e   lock.QueueEntry
+	)
+	for iter.Scan(&e.Enqueued, &e.Owner) {
+		out = append(out, e)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("cassandrastore: reading queue: %w", err)
+	}
+	return out, nil
+}
+
+func timestamp(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+func recordFrom(m map[string]any) lock.Record {
+	var r lock.Record
+	r.Owner, _ = m["owner"].(string)
+	r.Token, _ = m["fencing_token"].(int64)
+	r.Version, _ = m["version"].(int64)
+	if ms, ok := m["lease_ms"].(int64); ok {
+		r.Lease = time.Duration(ms) * time.Millisecond
+	}
+	r.Revoked, _ = m["revoked"].(bool)
+	r.GrantedAt, _ = m["granted_at"].(time.Time)
+	r.RenewedAt, _ = m["renewed_at"].(time.Time)
+	return r
+}

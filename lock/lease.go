@@ -1,0 +1,302 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Lease is one grant of a lock. It renews itself in the background until it is released or lost,
+// and closes Done at the latest at (send time of its last successful renewal) + lease − safety
+// margin on the Locker's clock: before any other owner can be granted the lock.
+//
+// A Lease does not stop a paused process from acting on a lock it lost: compare Token in the
+// resource you protect (fencing) so that stale holders are rejected there.
+type Lease struct {
+	l      *Locker
+	lockID string
+	token  int64
+	done   chan struct{}
+	exited chan struct{}
+
+	mu         sync.Mutex
+	rec        Record    // the last record this lease knows it wrote
+	validUntil time.Time // Locker clock
+	fence      clock.Timer
+	err        error // why the lease ended; nil while held
+	pending    *write
+	endErr     error // outcome of giving the record back
+}
+
+// write is a conditional write whose outcome is not known yet.
+type write struct {
+	next Record
+	sent time.Time
+}
+
+func startLease(l *Locker, lockID string, rec Record, sent time.Time) *Lease {
+	lease := &Lease{
+		l: l, lockID: lockID, token: rec.Token, rec: rec,
+		done: make(chan struct{}), exited: make(chan struct{}),
+	}
+	l.opts.log.Info("lock acquired", "lock", lockID, "token", rec.Token, "owner", rec.Owner)
+	lease.mu.Lock()
+	lease.extendLocked(rec, sent)
+	lease.mu.Unlock()
+	go lease.run()
+	return lease
+}
+
+// LockID returns the ID of the lock this lease holds.
+func (s *Lease) LockID() string { return s.lockID }
+
+// Owner returns the owner that holds the lease.
+func (s *Lease) Owner() Owner { return s.l.owner }
+
+// Token returns the fencing token of this grant: strictly larger than every earlier grant's token
+// of the same lock. Pass it to the protected resource with every write.
+func (s *Lease) Token() int64 { return s.token }
+
+// Done returns a channel that is closed when the lease ends: lost, revoked or released.
+func (s *Lease) Done() <-chan struct{} { return s.done }
+
+// Err returns nil while the lease is held, else why it ended (ErrLeaseExpired, ErrRevoked,
+// ErrOwnershipLost or ErrReleased, compare with errors.Is).
+func (s *Lease) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Remaining returns how long the lease stays valid without another successful renewal; 0 once it
+// ended.
+func (s *Lease) Remaining() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return 0
+	}
+	return max(0, s.validUntil.Sub(s.l.opts.clock.Now()))
+}
+
+// Valid reports whether the lease is still held.
+func (s *Lease) Valid() bool { return s.Remaining() > 0 }
+
+// Context returns a context that is cancelled, with the loss reason as its cause, when the lease
+// ends. Run the work the lock protects under it.
+func (s *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		select {
+		case <-s.done:
+			cancel(s.Err())
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// Release stops claiming the lock at once (Done closes before Release returns) and gives the owner
+// record back so that the next waiter is granted without waiting for the lease to run out. It
+// returns an error when the store could not confirm the release before ctx ended; the lock is then
+// freed by expiry one lease later. Releasing a lease that was already lost is not an error.
+func (s *Lease) Release(ctx context.Context) error {
+	s.lose(ErrReleased)
+	select {
+	case <-s.exited:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.endErr
+	case <-ctx.Done():
+		return fmt.Errorf("lock %s: release not confirmed, the lock frees itself after one lease: %w", s.lockID, ctx.Err())
+	}
+}
+
+// lose ends the lease with reason unless it already ended.
+func (s *Lease) lose(reason error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = reason
+	if s.fence != nil {
+		s.fence.Stop()
+	}
+	close(s.done)
+	s.mu.Unlock()
+	s.l.forget(s)
+	if errors.Is(reason, ErrReleased) {
+		s.l.opts.log.Info("lock released", "lock", s.lockID, "token", s.token)
+	} else {
+		s.l.opts.log.Info("lock lost", "lock", s.lockID, "token", s.token, "reason", reason.Error())
+	}
+}
+
+// extendLocked records a successful write of rec sent at sent and re-arms the self-fence.
+func (s *Lease) extendLocked(rec Record, sent time.Time) {
+	if s.err != nil {
+		return // the application was already told: never revive a lost lease
+	}
+	c := s.l.opts.clock
+	s.rec = rec
+	s.validUntil = sent.Add(s.l.opts.lease - s.l.opts.safetyMargin)
+	if s.fence != nil {
+		s.fence.Stop()
+	}
+	left := s.validUntil.Sub(c.Now())
+	if left <= 0 {
+		s.err = ErrLeaseExpired
+		close(s.done)
+		go s.l.forget(s)
+		return
+	}
+	s.fence = c.AfterFunc(left, s.checkFence)
+}
+
+// checkFence is the self-fence (BRIEF §3 rule 4): it ends the lease when its validity ran out.
+func (s *Lease) checkFence() {
+	s.mu.Lock()
+	left := s.validUntil.Sub(s.l.opts.clock.Now())
+	if s.err == nil && left > 0 {
+		s.fence = s.l.opts.clock.AfterFunc(left, s.checkFence)
+	}
+	s.mu.Unlock()
+	if left <= 0 {
+		s.lose(ErrLeaseExpired)
+	}
+}
+
+// run renews the lease until it ends, then gives the owner record back if it still names us.
+func (s *Lease) run() {
+	defer close(s.exited)
+	o := s.l.opts
+	timer := o.clock.NewTimer(o.renewInterval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.done:
+			s.finish()
+			return
+		case <-timer.C():
+			timer.Reset(s.renew())
+		}
+	}
+}
+
+// renew makes one renewal step and returns when to make the next.
+func (s *Lease) renew() time.Duration {
+	o := s.l.opts
+	retry := max(o.renewInterval/4, o.pollInterval)
+	ctx, cancel := context.WithTimeout(context.Background(), o.requestTimeout)
+	defer cancel()
+
+	s.mu.Lock()
+	rec, pending := s.rec, s.pending
+	s.mu.Unlock()
+
+	var (
+		w       write
+		applied bool
+		cur     Record
+		ok      bool
+		err     error
+	)
+	if pending == nil {
+		next := rec
+		next.Version++
+		next.RenewedAt = o.wallClock()
+		w = write{next: next, sent: o.clock.Now()}
+		applied, cur, ok, err = s.l.cas(ctx, s.lockID, rec, next)
+	} else {
+		// A renewal of unknown outcome is outstanding: settle it before sending anything else.
+		w = *pending
+		cur, ok, err = s.l.store.Load(ctx, s.lockID, true)
+		applied = err == nil && ok && cur.sameState(w.next)
+	}
+	if err != nil {
+		o.log.V(1).Info("renewal outcome unknown, will settle", "lock", s.lockID, "err", err.Error())
+		s.mu.Lock()
+		s.pending = &w
+		s.mu.Unlock()
+		return retry
+	}
+
+	s.mu.Lock()
+	s.pending = nil
+	if applied {
+		s.extendLocked(w.next, w.sent)
+		s.mu.Unlock()
+		return o.renewInterval
+	}
+	unchanged := ok && cur.sameState(rec)
+	s.mu.Unlock()
+	if unchanged {
+		return retry // our write did not apply and never will; the record is still ours
+	}
+	s.lose(lossReason(cur, ok, s.l.owner, s.token))
+	return o.renewInterval
+}
+
+func lossReason(cur Record, ok bool, owner Owner, token int64) error {
+	if ok && cur.Revoked && cur.Token == token && cur.Owner == owner.String() {
+		return ErrRevoked
+	}
+	if !ok {
+		return fmt.Errorf("%w: the record is gone", ErrOwnershipLost)
+	}
+	return fmt.Errorf("%w: now owner %q token %d", ErrOwnershipLost, cur.Owner, cur.Token)
+}
+
+// finish gives the owner record back after the lease ended, so that the next waiter need not wait
+// for expiry. It settles an outstanding write first and gives up after one lease.
+func (s *Lease) finish() {
+	o := s.l.opts
+	ctx, cancel := context.WithTimeout(context.Background(), o.lease)
+	defer cancel()
+	s.mu.Lock()
+	rec, pending, reason := s.rec, s.pending, s.err
+	s.mu.Unlock()
+	if errors.Is(reason, ErrOwnershipLost) || errors.Is(reason, ErrRevoked) {
+		return // the record is not ours any more
+	}
+	for {
+		if pending != nil {
+			cur, ok, err := s.l.settle(ctx, s.lockID)
+			if err != nil {
+				s.setEndErr(err)
+				return
+			}
+			switch {
+			case ok && cur.sameState(pending.next):
+				rec = pending.next
+			case !(ok && cur.sameState(rec)):
+				return // someone else's record now
+			}
+			pending = nil
+		}
+		next := Record{Token: rec.Token, Version: rec.Version + 1, GrantedAt: rec.GrantedAt, RenewedAt: o.wallClock()}
+		applied, _, _, err := s.l.cas(ctx, s.lockID, rec, next)
+		if err == nil {
+			if applied {
+				o.waker.Notify(s.lockID)
+			}
+			return
+		}
+		pending = &write{next: next}
+		if ctx.Err() != nil {
+			s.setEndErr(fmt.Errorf("lock %s: giving the record back: %w", s.lockID, err))
+			return
+		}
+	}
+}
+
+func (s *Lease) setEndErr(err error) {
+	s.mu.Lock()
+	s.endErr = err
+	s.mu.Unlock()
+}

@@ -1,0 +1,420 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// queueReadLimit is how many queue entries a waiter reads to find its position.
+const queueReadLimit = 1024
+
+// Locker acquires locks for one owner. It is safe for concurrent use; each lock ID can be held at
+// most once per Locker at a time.
+type Locker struct {
+	store Store
+	owner Owner
+	opts  options
+
+	mu          sync.Mutex
+	rng         *rand.Rand
+	held        map[string]*Lease // lock ID → live lease; nil while an acquisition is running
+	observed    map[string]observation
+	lastEnqueue int64
+}
+
+// observation is the first time (on the Locker's clock) a record was seen in its current state.
+type observation struct {
+	rec    Record
+	seenAt time.Time
+}
+
+// New returns a Locker for owner on store. It validates the options before anything starts.
+func New(store Store, owner Owner, opts ...Option) (*Locker, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: store is nil", ErrInvalidOption)
+	}
+	if err := owner.Validate(); err != nil {
+		return nil, err
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	h := fnv.New64a()
+	h.Write([]byte(owner.String()))
+	seed := h.Sum64()
+	return &Locker{
+		store:    store,
+		owner:    owner,
+		opts:     o,
+		rng:      rand.New(rand.NewPCG(seed, seed>>1|1)),
+		held:     make(map[string]*Lease),
+		observed: make(map[string]observation),
+	}, nil
+}
+
+// Owner returns the owner this Locker acquires for.
+func (l *Locker) Owner() Owner { return l.owner }
+
+// Lease returns the lease duration this Locker grants itself.
+func (l *Locker) LeaseDuration() time.Duration { return l.opts.lease }
+
+// Acquire blocks until it holds lockID or ctx ends (the seed's GetLock). It joins the lock's queue
+// and only contends for ownership once it is at the head, so waiters are served in arrival order.
+func (l *Locker) Acquire(ctx context.Context, lockID string) (*Lease, error) {
+	return l.run(ctx, lockID, true)
+}
+
+// TryAcquire makes one attempt and returns ErrLocked when the lock is held by another owner or
+// others are queued ahead (the seed's TryGetLock). A holder that stopped renewing is taken over
+// only once this Locker has seen its record unchanged for a full lease across calls.
+func (l *Locker) TryAcquire(ctx context.Context, lockID string) (*Lease, error) {
+	return l.run(ctx, lockID, false)
+}
+
+func (l *Locker) run(ctx context.Context, lockID string, block bool) (*Lease, error) {
+	if err := ValidateLockID(lockID); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if _, busy := l.held[lockID]; busy {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrAlreadyHeld, lockID)
+	}
+	l.held[lockID] = nil
+	l.mu.Unlock()
+
+	a := &acquisition{l: l, lockID: lockID, block: block}
+	lease, err := a.run(ctx)
+
+	l.mu.Lock()
+	if lease != nil && lease.Err() == nil {
+		l.held[lockID] = lease
+	} else if l.held[lockID] == nil {
+		delete(l.held, lockID)
+	}
+	l.mu.Unlock()
+	return lease, err
+}
+
+// forget drops a lease that ended from the Locker's table.
+func (l *Locker) forget(lease *Lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[lease.lockID] == lease {
+		delete(l.held, lease.lockID)
+	}
+}
+
+// observe records rec as read at receivedAt and returns when it was first seen unchanged.
+func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.observed[lockID]
+	if !ok || !o.rec.sameState(rec) {
+		o = observation{rec: rec, seenAt: receivedAt}
+		l.observed[lockID] = o
+	}
+	return o.seenAt
+}
+
+// enqueueTime returns a wall-clock enqueue time in microseconds that never goes backwards for this
+// Locker (the seed's non-decreasing time service, per process).
+func (l *Locker) enqueueTime() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := max(l.opts.wallClock().UnixMicro(), l.lastEnqueue+1)
+	l.lastEnqueue = t
+	return t
+}
+
+// jitter spreads d by ±10% so that waiters do not poll in lockstep.
+func (l *Locker) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return d*9/10 + time.Duration(l.rng.Int64N(int64(d/5)+1))
+}
+
+// request runs one store call under the request timeout.
+func request[T any](ctx context.Context, l *Locker, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.requestTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// cas runs one conditional write under the request timeout.
+func (l *Locker) cas(ctx context.Context, lockID string, prev, next Record) (applied bool, cur Record, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.requestTimeout)
+	defer cancel()
+	return l.store.CompareAndSwap(ctx, lockID, prev, next)
+}
+
+// settle resolves a conditional write of unknown outcome with a linearizable read, retrying until
+// it succeeds or ctx ends (BRIEF §3 rule 5). After it returns, the write is visible or never applies.
+func (l *Locker) settle(ctx context.Context, lockID string) (Record, bool, error) {
+	backoff := l.opts.pollInterval
+	for {
+		type result struct {
+			rec Record
+			ok  bool
+		}
+		r, err := request(ctx, l, func(ctx context.Context) (result, error) {
+			rec, ok, err := l.store.Load(ctx, lockID, true)
+			return result{rec, ok}, err
+		})
+		if err == nil {
+			return r.rec, r.ok, nil
+		}
+		l.opts.log.V(1).Info("settling a write of unknown outcome", "lock", lockID, "err", err.Error())
+		if err := l.sleep(ctx, l.jitter(backoff), nil); err != nil {
+			return Record{}, false, fmt.Errorf("lock %s: settling a write of unknown outcome: %w", lockID, err)
+		}
+		backoff = min(2*backoff, l.opts.renewInterval)
+	}
+}
+
+// sleep waits for d, a hint, or the end of ctx.
+func (l *Locker) sleep(ctx context.Context, d time.Duration, hints <-chan struct{}) error {
+	t := l.opts.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+	case <-hints:
+	}
+	return nil
+}
+
+// acquisition is one run of Acquire or TryAcquire.
+type acquisition struct {
+	l      *Locker
+	lockID string
+	block  bool
+
+	entry      QueueEntry
+	queued     bool
+	enqueuedAt time.Time // Locker clock; when the entry was last written
+}
+
+func (a *acquisition) run(ctx context.Context) (*Lease, error) {
+	l := a.l
+	hints, unsubscribe := l.opts.waker.Subscribe(a.lockID)
+	defer unsubscribe()
+	defer a.leaveQueue(ctx)
+
+	backoff := l.opts.pollInterval
+	for {
+		lease, wait, err := a.step(ctx)
+		switch {
+		case lease != nil:
+			return lease, nil
+		case errors.Is(err, ErrLocked) || (err != nil && !a.block):
+			return nil, err
+		case err != nil:
+			// A store error while waiting: keep waiting, backing off, until ctx ends.
+			l.opts.log.V(1).Info("store error while waiting for lock", "lock", a.lockID, "err", err.Error())
+			wait, backoff = backoff, min(2*backoff, l.opts.waiterPoll)
+		default:
+			backoff = l.opts.pollInterval
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
+		}
+		if wait > 0 {
+			if err := l.sleep(ctx, l.jitter(wait), hints); err != nil {
+				return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
+			}
+		}
+	}
+}
+
+// step makes one attempt. It returns the lease when granted, or how long to wait before the next
+// attempt. In try mode every "not now" is ErrLocked.
+func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
+	l := a.l
+	// 1. Keep our queue entry alive while we wait.
+	if a.queued && l.opts.clock.Since(a.enqueuedAt) >= l.opts.queueEntryTTL/3 {
+		if err := a.enqueue(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	// 2. Only the head of the queue contends for ownership (fairness; listing 6 step 2).
+	queue, err := request(ctx, l, func(ctx context.Context) ([]QueueEntry, error) {
+		return l.store.Queue(ctx, a.lockID, queueReadLimit)
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("lock %s: reading queue: %w", a.lockID, err)
+	}
+	ahead, found := position(queue, a.entry, l.owner)
+	if a.queued && !found {
+		// Our entry expired (we were paused longer than its TTL) or is not visible yet: rewrite it.
+		return nil, l.opts.pollInterval, a.enqueue(ctx)
+	}
+	if ahead > 0 {
+		if !a.block {
+			return nil, 0, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead)
+		}
+		if !a.queued {
+			return nil, l.opts.waiterPoll, a.enqueue(ctx)
+		}
+		if ahead == 1 {
+			// Next in line: look again soon, the head may be granted any moment.
+			return nil, (l.opts.pollInterval + l.opts.waiterPoll) / 2, nil
+		}
+		return nil, l.opts.waiterPoll, nil
+	}
+
+	// 3. Head of the queue (or the queue is empty): read the owner record.
+	type loaded struct {
+		rec Record
+		ok  bool
+	}
+	r, err := request(ctx, l, func(ctx context.Context) (loaded, error) {
+		rec, ok, err := l.store.Load(ctx, a.lockID, false)
+		return loaded{rec, ok}, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, err)
+	}
+	if wait := a.mustWait(r.rec, r.ok, l.opts.clock.Now()); wait > 0 {
+		if !a.block {
+			return nil, 0, fmt.Errorf("%w: %s is held by %s (token %d)", ErrLocked, a.lockID, r.rec.Owner, r.rec.Token)
+		}
+		if !a.queued {
+			if err := a.enqueue(ctx); err != nil {
+				return nil, 0, err
+			}
+		}
+		return nil, min(wait, l.opts.pollInterval), nil
+	}
+
+	// 4. Grant ourselves the lock with a CAS conditioned on exactly the record we read.
+	lease, err := a.grant(ctx, r.rec, r.ok)
+	if err != nil || lease != nil {
+		if lease != nil && lease.Err() != nil {
+			// The grant's response came back after the lease it started had already run out (a
+			// stalled store or process). Never hand out a dead lease: the record names us, so the
+			// next step grants again at once with a new token and a fresh lease.
+			return nil, 0, nil
+		}
+		return lease, 0, err
+	}
+	if !a.block {
+		return nil, 0, fmt.Errorf("%w: %s was granted to another owner first", ErrLocked, a.lockID)
+	}
+	return nil, 0, nil
+}
+
+// mustWait returns how long the owner record rec, read just before now, still blocks a grant; 0
+// means the lock may be granted now.
+func (a *acquisition) mustWait(rec Record, ok bool, now time.Time) time.Duration {
+	l := a.l
+	switch {
+	case !ok:
+		return 0 // never granted
+	case !rec.Held():
+		return 0 // released
+	case !rec.Revoked && l.owner.sameIdentity(rec.Owner):
+		// Our own identity: a predecessor process of ours, or an earlier lease of this Locker that
+		// has already ended (a live one would have made run return ErrAlreadyHeld). Nobody else can
+		// be claiming it, so take it over at once with a new token (BRIEF §3 rule 7).
+		return 0
+	}
+	// Expiry by observation (rule 3): the record must stay unchanged for a full lease on our clock,
+	// counted from the first read that returned it.
+	seenAt := l.observe(a.lockID, rec, now)
+	lease := max(l.opts.lease, rec.Lease)
+	return max(0, lease-now.Sub(seenAt))
+}
+
+// grant writes this owner into the owner record with the next token. It returns nil, nil when
+// another writer won the race.
+func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lease, error) {
+	l := a.l
+	wall := l.opts.wallClock()
+	next := Record{
+		Owner: l.owner.String(), Token: prev.Token + 1, Version: prev.Version + 1,
+		Lease: l.opts.lease, GrantedAt: wall, RenewedAt: wall,
+	}
+	if !exists {
+		prev = Record{}
+		next.Token, next.Version = 1, 1
+	}
+	sent := l.opts.clock.Now()
+	applied, cur, ok, err := l.cas(ctx, a.lockID, prev, next)
+	if err != nil {
+		l.opts.log.V(1).Info("grant outcome unknown, settling", "lock", a.lockID, "err", err.Error())
+		var serr error
+		cur, ok, serr = l.settle(ctx, a.lockID)
+		if serr != nil {
+			// We may hold the record without knowing it; nobody claims it, and it expires by
+			// observation after one lease.
+			return nil, serr
+		}
+		applied = ok && cur.sameState(next)
+	}
+	if !applied {
+		if ok {
+			l.observe(a.lockID, cur, l.opts.clock.Now())
+		}
+		return nil, nil
+	}
+	a.leaveQueue(ctx)
+	l.opts.waker.Notify(a.lockID) // the queue changed: the next waiter is now the head
+	return startLease(l, a.lockID, next, sent), nil
+}
+
+func (a *acquisition) enqueue(ctx context.Context) error {
+	l := a.l
+	if !a.queued {
+		a.entry = QueueEntry{Enqueued: l.enqueueTime(), Owner: l.owner.String()}
+	}
+	_, err := request(ctx, l, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.store.Enqueue(ctx, a.lockID, a.entry, l.opts.queueEntryTTL)
+	})
+	if err != nil {
+		return fmt.Errorf("lock %s: joining queue: %w", a.lockID, err)
+	}
+	a.queued, a.enqueuedAt = true, l.opts.clock.Now()
+	return nil
+}
+
+// leaveQueue removes our queue entry, best effort: if it fails the entry ages out after its TTL.
+func (a *acquisition) leaveQueue(ctx context.Context) {
+	if !a.queued {
+		return
+	}
+	l := a.l
+	a.queued = false
+	ctx = context.WithoutCancel(ctx)
+	if _, err := request(ctx, l, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.store.Dequeue(ctx, a.lockID, a.entry)
+	}); err != nil {
+		l.opts.log.V(1).Info("leaving queue failed; the entry ages out", "lock", a.lockID, "err", err.Error())
+	}
+	l.opts.waker.Notify(a.lockID)
+}
+
+// position returns how many entries of other owners are ahead of ours and whether ours is in the
+// queue. Without an entry of ours, every entry of another owner counts as ahead.
+func position(queue []QueueEntry, mine QueueEntry, owner Owner) (ahead int, found bool) {
+	self := owner.String()
+	for _, e := range queue {
+		if e == mine {
+			return ahead, true
+		}
+		if e.Owner != self {
+			ahead++
+		}
+	}
+	return ahead, false
+}

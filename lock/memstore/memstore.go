@@ -1,0 +1,389 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/baton-dev/baton/lock"
+)
+
+// ErrTimeout is returned (wrapped) when a request or its response was lost or late.
+var ErrTimeout = errors.New("memstore: request timed out")
+
+// Event is one committed write of an owner record.
+type Event struct {
+	At     time.Time
+	LockID string
+	Prev   lock.Record
+	Next   lock.Record
+}
+
+// Store is the shared in-memory state. It is safe for concurrent use.
+type Store struct {
+	mu      sync.Mutex
+	records map[string]lock.Record
+	pending map[string]*proposal
+	queues  map[string]map[lock.QueueEntry]time.Time // entry → expiry
+	history []Event
+	nextID  int
+	stats   Stats
+}
+
+// Stats counts the requests a Store served and the faults its clients injected.
+type Stats struct {
+	Requests, DroppedRequests, DroppedResponses, Stalls, Pauses        int
+	AcceptedNotCommitted, CommittedLater, DroppedProposals, Duplicates int
+}
+
+// Faults returns how many faults of any kind were injected.
+func (s Stats) Faults() int {
+	return s.DroppedRequests + s.DroppedResponses + s.Stalls + s.Pauses + s.AcceptedNotCommitted + s.Duplicates
+}
+
+// Stats returns the counters so far.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+func (s *Store) count(n *int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*n++
+}
+
+// proposal is a conditional write that was accepted but not yet committed.
+type proposal struct {
+	id   int
+	prev lock.Record
+	next lock.Record
+}
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		records: make(map[string]lock.Record),
+		pending: make(map[string]*proposal),
+		queues:  make(map[string]map[lock.QueueEntry]time.Time),
+	}
+}
+
+// History returns every committed owner-record write in commit order.
+func (s *Store) History() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.history)
+}
+
+// Record returns the committed owner record of lockID.
+func (s *Store) Record(lockID string) (lock.Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[lockID]
+	return r, ok
+}
+
+// commitLocked makes a write visible and logs it.
+func (s *Store) commitLocked(lockID string, prev, next lock.Record) {
+	s.records[lockID] = next
+	s.history = append(s.history, Event{At: time.Now(), LockID: lockID, Prev: prev, Next: next})
+}
+
+// settleLocked decides an accepted write before a linearizable operation on lockID: it commits
+// when commit is true, else it is dropped for good.
+func (s *Store) settleLocked(lockID string, commit bool) {
+	p := s.pending[lockID]
+	if p == nil {
+		return
+	}
+	delete(s.pending, lockID)
+	if commit {
+		s.stats.CommittedLater++
+		s.commitLocked(lockID, p.prev, p.next)
+	} else {
+		s.stats.DroppedProposals++
+	}
+}
+
+// Faults are the fault probabilities (0 to 1) and delays a Client injects into each request.
+type Faults struct {
+	// MinLatency and MaxLatency bound each leg (request and response) of every call.
+	MinLatency, MaxLatency time.Duration
+	// DropRequest loses the request: nothing applies and the caller waits for its deadline.
+	DropRequest float64
+	// DropResponse applies the request but loses the response: the caller waits for its deadline.
+	DropResponse float64
+	// ApplyLater accepts a conditional write without committing it: it commits after a random delay
+	// up to LaterBy, or at the next linearizable operation on its lock (or is dropped there), and the
+	// caller waits for its deadline.
+	ApplyLater float64
+	LaterBy    time.Duration
+	// Duplicate delivers a conditional write a second time, after a random delay up to LaterBy but
+	// before the call returns, as a driver retry would.
+	Duplicate float64
+	// Stall delays a response by StallFor: the caller looks paused.
+	Stall    float64
+	StallFor time.Duration
+}
+
+// Client is one process's view of a Store; it implements lock.Store.
+type Client struct {
+	s      *Store
+	faults Faults
+
+	mu          sync.Mutex
+	rng         *rand.Rand
+	partitioned time.Time // requests fail until then
+	paused      time.Time // the process sends and receives nothing until then
+	crashed     bool
+}
+
+var _ lock.Store = (*Client)(nil)
+
+// Client returns a view of the store that injects faults drawn from its own source seeded by seed.
+func (s *Store) Client(seed uint64, f Faults) *Client {
+	return &Client{s: s, faults: f, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+}
+
+// Partition makes every request of the client fail until d from now.
+func (c *Client) Partition(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.partitioned = time.Now().Add(d)
+}
+
+// Pause freezes the client's traffic for d, as a paused process (GC, SIGSTOP) that neither sends
+// nor receives: requests and responses in flight wait until the pause ends.
+func (c *Client) Pause(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.paused = time.Now().Add(d)
+	c.s.count(&c.s.stats.Pauses)
+}
+
+func (c *Client) pauseLeft() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Until(c.paused)
+}
+
+// Crash cuts the client off for good, as if its process died.
+func (c *Client) Crash() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.crashed = true
+}
+
+func (c *Client) chance(p float64) bool {
+	if p <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rng.Float64() < p
+}
+
+func (c *Client) upTo(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Duration(c.rng.Int64N(int64(d) + 1))
+}
+
+func (c *Client) latency() time.Duration {
+	return c.faults.MinLatency + c.upTo(c.faults.MaxLatency-c.faults.MinLatency)
+}
+
+func (c *Client) cut() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashed || time.Now().Before(c.partitioned)
+}
+
+// wait sleeps d unless ctx ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// timeout blocks until ctx ends and returns the timeout error.
+func timeout(ctx context.Context, what string) error {
+	<-ctx.Done()
+	return fmt.Errorf("%w: %s: %w", ErrTimeout, what, ctx.Err())
+}
+
+// call runs op at the store between a request leg and a response leg, injecting faults. It returns
+// errLost when the caller must see a timeout.
+func (c *Client) call(ctx context.Context, what string, op func()) error {
+	c.s.count(&c.s.stats.Requests)
+	time.Sleep(c.pauseLeft())
+	if err := wait(ctx, c.latency()); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrTimeout, what, err)
+	}
+	if c.cut() {
+		return timeout(ctx, what)
+	}
+	if c.chance(c.faults.DropRequest) {
+		c.s.count(&c.s.stats.DroppedRequests)
+		return timeout(ctx, what)
+	}
+	op()
+	if c.cut() {
+		return timeout(ctx, what)
+	}
+	if c.chance(c.faults.DropResponse) {
+		c.s.count(&c.s.stats.DroppedResponses)
+		return timeout(ctx, what)
+	}
+	d := c.latency()
+	if c.chance(c.faults.Stall) {
+		c.s.count(&c.s.stats.Stalls)
+		d += c.faults.StallFor
+	}
+	// A late response is still delivered: the caller's deadline does not undo what happened.
+	time.Sleep(d)
+	time.Sleep(c.pauseLeft())
+	return nil
+}
+
+// Load implements lock.Store.
+func (c *Client) Load(ctx context.Context, lockID string, linearizable bool) (rec lock.Record, ok bool, err error) {
+	commit := c.chance(0.5)
+	err = c.call(ctx, "load", func() {
+		c.s.mu.Lock()
+		defer c.s.mu.Unlock()
+		if linearizable {
+			c.s.settleLocked(lockID, commit)
+		}
+		rec, ok = c.s.records[lockID]
+	})
+	return rec, ok, err
+}
+
+// CompareAndSwap implements lock.Store.
+func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next lock.Record) (applied bool, cur lock.Record, ok bool, err error) {
+	commit := c.chance(0.5)
+	later := c.chance(c.faults.ApplyLater)
+	laterBy := c.upTo(c.faults.LaterBy)
+	dup := c.chance(c.faults.Duplicate)
+	dupBy := c.upTo(c.faults.LaterBy)
+	prevVersion := prev.Version
+	var id int
+	err = c.call(ctx, "compare-and-swap", func() {
+		c.s.mu.Lock()
+		defer c.s.mu.Unlock()
+		c.s.settleLocked(lockID, commit)
+		cur, ok = c.s.records[lockID]
+		if cur.Version != prevVersion || (prevVersion == 0) == ok {
+			return
+		}
+		applied = true
+		if later {
+			c.s.nextID++
+			c.s.stats.AcceptedNotCommitted++
+			id = c.s.nextID
+			c.s.pending[lockID] = &proposal{id: id, prev: cur, next: next}
+			return
+		}
+		c.s.commitLocked(lockID, cur, next)
+	})
+	if dup {
+		// A driver retry: the same conditional write delivered again before the call returns.
+		// (Cassandra clients must never resend a conditional write after reporting on it.)
+		_ = wait(ctx, dupBy)
+		c.s.mu.Lock()
+		c.s.stats.Duplicates++
+		c.s.settleLocked(lockID, commit)
+		if cur, ok := c.s.records[lockID]; cur.Version == prevVersion && (prevVersion == 0) != ok {
+			c.s.commitLocked(lockID, cur, next)
+		}
+		c.s.mu.Unlock()
+	}
+	if id != 0 {
+		go func() {
+			time.Sleep(laterBy)
+			c.s.mu.Lock()
+			defer c.s.mu.Unlock()
+			if p := c.s.pending[lockID]; p != nil && p.id == id {
+				c.s.settleLocked(lockID, true)
+			}
+		}()
+		if err == nil {
+			err = timeout(ctx, "compare-and-swap accepted, not committed")
+		}
+	}
+	if err != nil {
+		return false, lock.Record{}, false, fmt.Errorf("%w: %w", lock.ErrUnknownOutcome, err)
+	}
+	return applied, cur, ok, nil
+}
+
+// Enqueue implements lock.Store.
+func (c *Client) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, ttl time.Duration) error {
+	return c.call(ctx, "enqueue", func() {
+		c.s.mu.Lock()
+		defer c.s.mu.Unlock()
+		q := c.s.queues[lockID]
+		if q == nil {
+			q = make(map[lock.QueueEntry]time.Time)
+			c.s.queues[lockID] = q
+		}
+		q[e] = time.Now().Add(ttl)
+	})
+}
+
+// Dequeue implements lock.Store.
+func (c *Client) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) error {
+	return c.call(ctx, "dequeue", func() {
+		c.s.mu.Lock()
+		defer c.s.mu.Unlock()
+		delete(c.s.queues[lockID], e)
+	})
+}
+
+// Queue implements lock.Store.
+func (c *Client) Queue(ctx context.Context, lockID string, limit int) ([]lock.QueueEntry, error) {
+	var out []lock.QueueEntry
+	err := c.call(ctx, "queue", func() {
+		c.s.mu.Lock()
+		defer c.s.mu.Unlock()
+		now := time.Now()
+		for e, exp := range c.s.queues[lockID] {
+			if now.Before(exp) {
+				out = append(out, e)
+			} else {
+				delete(c.s.queues[lockID], e)
+			}
+		}
+	})
+	slices.SortFunc(out, func(a, b lock.QueueEntry) int {
+		if a.Less(b) {
+			return -1
+		}
+		if b.Less(a) {
+			return 1
+		}
+		return 0
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, err
+}

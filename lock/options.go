@@ -1,0 +1,178 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+)
+
+// Defaults and bounds of the timing options.
+const (
+	DefaultLease              = 15 * time.Second
+	DefaultPollInterval       = 100 * time.Millisecond
+	DefaultWaiterPollInterval = time.Second
+	DefaultQueueEntryTTL      = 10 * time.Second
+	MinLease                  = time.Second
+	MaxLease                  = time.Hour
+	maxRequestTimeout         = 2 * time.Second
+)
+
+// Option configures a Locker. Options are checked together by New.
+type Option func(*options)
+
+type options struct {
+	lease          time.Duration
+	renewInterval  time.Duration
+	safetyMargin   time.Duration
+	requestTimeout time.Duration
+	pollInterval   time.Duration
+	waiterPoll     time.Duration
+	queueEntryTTL  time.Duration
+	log            logr.Logger
+	clock          clock.WithDelayedExecution
+	wallClock      func() time.Time
+	waker          Waker
+	errs           []error
+}
+
+// positive records an error for an explicitly set duration that is not positive.
+func (o *options) positive(option string, d time.Duration) {
+	if d <= 0 {
+		o.errs = append(o.errs, fmt.Errorf("%w: %s(%v): the duration must be positive", ErrInvalidOption, option, d))
+	}
+}
+
+// WithLease sets the lease duration: how long a grant stays valid without renewal. Failover after a
+// crashed holder takes about one lease. Default 15s; allowed 1s to 1h.
+func WithLease(d time.Duration) Option {
+	return func(o *options) { o.lease = d; o.positive("WithLease", d) }
+}
+
+// WithRenewInterval sets how often a holder renews its lease. Default lease/3. It must leave room
+// for two renewals before the holder fences itself: 2 × interval ≤ lease − safety margin.
+func WithRenewInterval(d time.Duration) Option {
+	return func(o *options) { o.renewInterval = d; o.positive("WithRenewInterval", d) }
+}
+
+// WithSafetyMargin sets how long before the end of its lease a holder counts the lock as lost
+// (self-fencing). It covers clock-rate differences between machines and the time the application
+// needs to stop. Default lease/10; must be more than 0 and less than lease/2.
+func WithSafetyMargin(d time.Duration) Option {
+	return func(o *options) { o.safetyMargin = d; o.positive("WithSafetyMargin", d) }
+}
+
+// WithRequestTimeout bounds every single store request. Default min(2s, renew interval); at most
+// the renew interval.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *options) { o.requestTimeout = d; o.positive("WithRequestTimeout", d) }
+}
+
+// WithPollInterval sets how often the head of the queue re-reads the owner record while the lock is
+// held by someone else. Lower means faster handoff and more store load. Default 100ms.
+func WithPollInterval(d time.Duration) Option {
+	return func(o *options) { o.pollInterval = d; o.positive("WithPollInterval", d) }
+}
+
+// WithWaiterPollInterval sets how often a waiter behind the head re-reads the queue. Default 1s;
+// at least the poll interval and at most a third of the queue entry TTL.
+func WithWaiterPollInterval(d time.Duration) Option {
+	return func(o *options) { o.waiterPoll = d; o.positive("WithWaiterPollInterval", d) }
+}
+
+// WithQueueEntryTTL sets how long the queue entry of a waiter that stopped refreshing it (because it
+// died) keeps blocking the waiters behind it. Waiters rewrite their entry every TTL/3. Default 10s;
+// at least 2s, in whole seconds.
+func WithQueueEntryTTL(d time.Duration) Option {
+	return func(o *options) { o.queueEntryTTL = d; o.positive("WithQueueEntryTTL", d) }
+}
+
+// WithLogger sets the logger. Default: discard.
+func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithClock sets the clock used for lease timing. Only differences between its readings and its
+// timers are used, so it should be monotonic; the real clock is.
+func WithClock(c clock.WithDelayedExecution) Option {
+	return func(o *options) {
+		if c == nil {
+			o.errs = append(o.errs, fmt.Errorf("%w: WithClock(nil)", ErrInvalidOption))
+		}
+		o.clock = c
+	}
+}
+
+// WithWallClock sets the wall clock used for queue enqueue times and the display-only timestamps in
+// records. Skew between machines makes the queue less fair, never unsafe.
+func WithWallClock(now func() time.Time) Option { return func(o *options) { o.wallClock = now } }
+
+// WithWaker sets the hint channel that wakes waiters early when a lock is released (see Waker).
+func WithWaker(w Waker) Option { return func(o *options) { o.waker = w } }
+
+func buildOptions(opts []Option) (options, error) {
+	o := options{log: logr.Discard()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return o, errors.Join(o.errs...)
+	}
+	if o.lease == 0 {
+		o.lease = DefaultLease
+	}
+	if o.renewInterval == 0 {
+		o.renewInterval = o.lease / 3
+	}
+	if o.safetyMargin == 0 {
+		o.safetyMargin = o.lease / 10
+	}
+	if o.requestTimeout == 0 {
+		o.requestTimeout = min(maxRequestTimeout, o.renewInterval)
+	}
+	if o.pollInterval == 0 {
+		o.pollInterval = DefaultPollInterval
+	}
+	if o.waiterPoll == 0 {
+		o.waiterPoll = max(DefaultWaiterPollInterval, o.pollInterval)
+	}
+	if o.queueEntryTTL == 0 {
+		o.queueEntryTTL = max(DefaultQueueEntryTTL, (3 * o.waiterPoll).Round(time.Second))
+	}
+	if o.clock == nil {
+		o.clock = clock.RealClock{}
+	}
+	if o.wallClock == nil {
+		o.wallClock = time.Now
+	}
+	if o.waker == nil {
+		o.waker = noWaker{}
+	}
+	return o, o.validate()
+}
+
+func (o options) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case o.lease < MinLease || o.lease > MaxLease:
+		return bad("lease %v is outside [%v, %v]", o.lease, MinLease, MaxLease)
+	case o.safetyMargin <= 0 || o.safetyMargin >= o.lease/2:
+		return bad("safety margin %v must be more than 0 and less than half the lease (%v)", o.safetyMargin, o.lease/2)
+	case o.renewInterval <= 0 || 2*o.renewInterval > o.lease-o.safetyMargin:
+		return bad("renew interval %v must be more than 0 and at most (lease − safety margin)/2 = %v, so a failed renewal is retried before the lease ends",
+			o.renewInterval, (o.lease-o.safetyMargin)/2)
+	case o.requestTimeout <= 0 || o.requestTimeout > o.renewInterval:
+		return bad("request timeout %v must be more than 0 and at most the renew interval %v", o.requestTimeout, o.renewInterval)
+	case o.pollInterval <= 0:
+		return bad("poll interval %v must be more than 0", o.pollInterval)
+	case o.waiterPoll < o.pollInterval:
+		return bad("waiter poll interval %v must be at least the poll interval %v", o.waiterPoll, o.pollInterval)
+	case o.queueEntryTTL < 2*time.Second || o.queueEntryTTL%time.Second != 0:
+		return bad("queue entry TTL %v must be whole seconds and at least 2s", o.queueEntryTTL)
+	case 3*o.waiterPoll > o.queueEntryTTL:
+		return bad("waiter poll interval %v must be at most a third of the queue entry TTL %v", o.waiterPoll, o.queueEntryTTL)
+	}
+	return nil
+}

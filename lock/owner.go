@@ -1,0 +1,98 @@
+package lock
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxIDLength is the longest lock ID or owner identity accepted, in bytes.
+const MaxIDLength = 256
+
+// ownerSep separates identity and incarnation in an owner string.
+const ownerSep = "#"
+
+// Owner identifies one holder process. Identity is stable for the thing that holds the lock (in
+// Kubernetes: namespace/pod name/pod UID); Incarnation is random per process start. A new
+// incarnation of the same identity may take over its predecessor's grant at once, with a new
+// token, because the predecessor process is gone (BRIEF §3 rule 7).
+//
+// Two live processes must never share an identity: the at-once takeover trusts that they do not.
+type Owner struct {
+	Identity    string
+	Incarnation string
+}
+
+// NewOwner returns an owner with the given identity and a fresh random incarnation.
+func NewOwner(identity string) (Owner, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return Owner{}, fmt.Errorf("lock: reading random incarnation: %w", err)
+	}
+	o := Owner{Identity: identity, Incarnation: hex.EncodeToString(b[:])}
+	if err := o.Validate(); err != nil {
+		return Owner{}, err
+	}
+	return o, nil
+}
+
+// ParseOwner parses an owner string written by Owner.String.
+func ParseOwner(s string) (Owner, error) {
+	i := strings.LastIndex(s, ownerSep)
+	if i < 0 {
+		return Owner{}, fmt.Errorf("lock: owner %q has no %q before its incarnation", s, ownerSep)
+	}
+	o := Owner{Identity: s[:i], Incarnation: s[i+1:]}
+	return o, o.Validate()
+}
+
+// String returns the owner string stored in records and queue entries: "identity#incarnation".
+func (o Owner) String() string { return o.Identity + ownerSep + o.Incarnation }
+
+// Validate checks that the owner can be stored and parsed back.
+func (o Owner) Validate() error {
+	if err := checkText("owner identity", o.Identity); err != nil {
+		return err
+	}
+	if strings.Contains(o.Identity, ownerSep) {
+		return fmt.Errorf("lock: owner identity %q must not contain %q", o.Identity, ownerSep)
+	}
+	if o.Incarnation == "" || strings.Contains(o.Incarnation, ownerSep) || len(o.Incarnation) > 64 {
+		return fmt.Errorf("lock: owner incarnation %q must be 1-64 bytes without %q", o.Incarnation, ownerSep)
+	}
+	return nil
+}
+
+// sameIdentity reports whether the owner string s belongs to an incarnation of o's identity.
+func (o Owner) sameIdentity(s string) bool {
+	i := strings.LastIndex(s, ownerSep)
+	return i >= 0 && s[:i] == o.Identity
+}
+
+// ValidateLockID checks a lock ID: 1 to MaxIDLength bytes of printable UTF-8 without spaces.
+func ValidateLockID(id string) error {
+	if err := checkText("lock ID", id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidLockID, err)
+	}
+	return nil
+}
+
+func checkText(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%s is empty", what)
+	case len(s) > MaxIDLength:
+		return fmt.Errorf("%s is %d bytes long, the limit is %d", what, len(s), MaxIDLength)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s %q is not valid UTF-8", what, s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("%s %q contains the non-printable or space character %U", what, s, r)
+		}
+	}
+	return nil
+}

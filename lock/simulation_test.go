@@ -1,0 +1,127 @@
+package lock_test
+
+import (
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/lock/memstore"
+)
+
+var (
+	simHistories = flag.Int("sim.histories", 30, "simulated histories per fault class (make soak uses 1000)")
+	simSeed      = flag.Uint64("sim.seed", 0, "replay only this seed (printed by a failing history)")
+	simClass     = flag.String("sim.class", "", "run only this fault class")
+)
+
+const simLease = 3 * time.Second
+
+func simClasses() []faultClass {
+	base := func(name string) faultClass {
+		return faultClass{
+			name: name, clients: 5, duration: 60 * time.Second, lease: simLease,
+			faults: memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 20 * time.Millisecond},
+		}
+	}
+	var classes []faultClass
+	add := func(c faultClass, mod func(*faultClass)) {
+		mod(&c)
+		classes = append(classes, c)
+	}
+	add(base("baseline"), func(c *faultClass) { c.try = true })
+	add(base("holder-paused"), func(c *faultClass) {
+		c.appPause = true
+		c.faults.Stall, c.faults.StallFor = 0.02, 2*simLease
+	})
+	add(base("unknown-outcome"), func(c *faultClass) {
+		c.faults.ApplyLater, c.faults.LaterBy = 0.1, simLease
+		c.faults.DropResponse = 0.05
+	})
+	add(base("duplicate-cas"), func(c *faultClass) {
+		c.faults.Duplicate, c.faults.LaterBy = 0.2, 200*time.Millisecond
+	})
+	add(base("expiry-mid-acquire"), func(c *faultClass) {
+		c.faults.MaxLatency = 400 * time.Millisecond
+		c.faults.Stall, c.faults.StallFor = 0.05, simLease
+		c.contenderLease = 2 * simLease
+	})
+	add(base("partition"), func(c *faultClass) { c.partitions = true })
+	add(base("dropped-requests"), func(c *faultClass) { c.faults.DropRequest = 0.1 })
+	add(base("clock-skew"), func(c *faultClass) { c.drift, c.wallJumps = 0.03, true })
+	add(base("holder-crash"), func(c *faultClass) { c.crashes = true })
+	add(base("revocation"), func(c *faultClass) { c.revoke = true })
+	add(base("contention-64"), func(c *faultClass) { c.clients, c.duration = 64, 30*time.Second })
+	add(base("all-faults"), func(c *faultClass) {
+		c.try, c.appPause, c.partitions, c.crashes, c.revoke, c.wallJumps = true, true, true, true, true, true
+		c.drift = 0.03
+		c.faults = memstore.Faults{
+			MinLatency: time.Millisecond, MaxLatency: 50 * time.Millisecond,
+			DropRequest: 0.03, DropResponse: 0.03, ApplyLater: 0.05, LaterBy: simLease,
+			Duplicate: 0.05, Stall: 0.01, StallFor: 2 * simLease,
+		}
+	})
+	return classes
+}
+
+func classSeed(name string, i int) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64() + uint64(i)
+}
+
+// TestSimulation runs seeded histories per fault class of BRIEF §8 that apply to the library and
+// checks each with porcupine and the fenced register.
+func TestSimulation(t *testing.T) {
+	for _, c := range simClasses() {
+		if *simClass != "" && c.name != *simClass {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			n := *simHistories
+			if c.clients > 16 {
+				n = max(1, n/5)
+			}
+			var grants, writes, rejected, faults int
+			for i := range n {
+				seed := classSeed(c.name, i)
+				if *simSeed != 0 {
+					if i > 0 {
+						break
+					}
+					seed = *simSeed
+				}
+				h := simulate(t, c, seed)
+				if problems := check(h); len(problems) > 0 {
+					t.Fatalf("class %s seed %d: %v\nreplay: go test ./lock -run 'TestSimulation/%s$' -sim.seed=%d\n%s",
+						c.name, seed, problems, c.name, seed, describe(h))
+				}
+				if h.grants == 0 {
+					t.Fatalf("class %s seed %d: no grant in %v: the lock made no progress", c.name, seed, c.duration)
+				}
+				grants += h.grants
+				writes += h.writes
+				rejected += h.rejected
+				faults += h.faults
+			}
+			fmt.Printf("simulation %-18s %4d histories checked: %6d grants, %6d faults injected, %7d fenced writes accepted, %5d stale writes rejected\n",
+				c.name, n, grants, faults, writes, rejected)
+		})
+	}
+}
+
+// TestSimulationCatchesUnsafeClock makes sure the checks can fail: a client whose clock runs 60%
+// fast (far beyond the safety margin) takes over leases early, and the checker must notice.
+func TestSimulationCatchesUnsafeClock(t *testing.T) {
+	c := simClasses()[0]
+	c.name, c.try, c.unsafeFastClock = "unsafe-clock", false, true
+	c.appPause = true // paused holders stop renewing and let the fast clock strike
+	for i := range 20 {
+		if problems := check(simulate(t, c, classSeed(c.name, i))); len(problems) > 0 {
+			t.Logf("seed %d caught as expected: %v", classSeed(c.name, i), problems[0])
+			return
+		}
+	}
+	t.Fatal("20 histories with a clock running 60% fast passed every check: the checker cannot see overlapping grants")
+}

@@ -1,0 +1,86 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Record is the owner record of one lock: the single piece of state that decides who holds it.
+//
+// A store keeps one record per lock ID and changes it only through CompareAndSwap, so the record
+// moves through a strictly increasing sequence of versions and never returns to an earlier state.
+type Record struct {
+	// Owner is the owner string (see Owner.String) of the current holder, or "" when the lock is free.
+	Owner string
+	// Token is the fencing token of the latest grant. It grows by one with every grant and is
+	// never reset, so it stays strictly larger than every earlier grant's token.
+	Token int64
+	// Version grows by one with every write of the record. Every conditional write compares it.
+	Version int64
+	// Lease is the lease duration the owner promised to honour. Contenders wait at least this long
+	// (measured on their own clock) before they treat an unchanged record as expired.
+	Lease time.Duration
+	// Revoked is set when an operator revoked the holder of Token. A revoked record still blocks
+	// new grants until it has been observed unchanged for a full lease.
+	Revoked bool
+	// GrantedAt and RenewedAt are wall-clock times written by the owner for display only; the
+	// lock never uses them to decide anything.
+	GrantedAt time.Time
+	RenewedAt time.Time
+}
+
+// Held reports whether the record names an owner.
+func (r Record) Held() bool { return r.Owner != "" }
+
+// sameState reports whether two records are the same write: the comparison used by expiry by
+// observation.
+func (r Record) sameState(o Record) bool {
+	return r.Version == o.Version && r.Owner == o.Owner && r.Token == o.Token && r.Revoked == o.Revoked
+}
+
+// QueueEntry is one waiter in a lock's queue. Entries sort by (Enqueued, Owner), the order of the
+// seed algorithm's zero-padded "microseconds + thread id" column names.
+type QueueEntry struct {
+	// Enqueued is the waiter's wall-clock enqueue time in microseconds since the Unix epoch.
+	Enqueued int64
+	// Owner is the waiter's owner string.
+	Owner string
+}
+
+// Less orders queue entries: earlier enqueue time first, then the smaller owner string.
+func (e QueueEntry) Less(o QueueEntry) bool {
+	if e.Enqueued != o.Enqueued {
+		return e.Enqueued < o.Enqueued
+	}
+	return e.Owner < o.Owner
+}
+
+// ErrUnknownOutcome is returned (wrapped) by Store.CompareAndSwap when the store cannot tell
+// whether the write was applied, for example after a timeout. The lock settles such a write with a
+// linearizable Load before it reports anything. A store may return any other error for a write it
+// knows was not applied; the lock treats every CompareAndSwap error as a possibly applied write.
+var ErrUnknownOutcome = errors.New("lock: outcome of conditional write unknown")
+
+// Store is the storage a Locker runs on. The Cassandra store (package cassandrastore) and the
+// in-memory simulation store (package memstore) implement it.
+//
+// The owner record of a lock must be written only by CompareAndSwap (a lightweight transaction in
+// Cassandra), never by plain writes or deletes. Queue entries are plain writes in separate storage.
+type Store interface {
+	// Load returns the lock's owner record; ok is false when the lock was never granted.
+	// With linearizable set the read is linearizable (SERIAL in Cassandra) and settles every
+	// conditional write whose outcome was unknown: after it returns, such a write is either visible
+	// or will never apply.
+	Load(ctx context.Context, lockID string, linearizable bool) (rec Record, ok bool, err error)
+	// CompareAndSwap writes next if the stored record is still prev (same version, owner, token,
+	// revoked flag and lease); prev.Version 0 means the record must not exist yet. It reports whether
+	// it applied and, when it did not, the record it found (ok false when none exists).
+	CompareAndSwap(ctx context.Context, lockID string, prev, next Record) (applied bool, current Record, ok bool, err error)
+	// Enqueue writes (or rewrites) a queue entry that disappears after ttl unless rewritten.
+	Enqueue(ctx context.Context, lockID string, e QueueEntry, ttl time.Duration) error
+	// Dequeue removes a queue entry. Removing a missing entry is not an error.
+	Dequeue(ctx context.Context, lockID string, e QueueEntry) error
+	// Queue returns up to limit live entries of the lock's queue in queue order.
+	Queue(ctx context.Context, lockID string, limit int) ([]QueueEntry, error)
+}

@@ -137,13 +137,15 @@ func (s *Lease) lose(reason error) {
 	}
 }
 
-// extendLocked records a successful write of rec sent at sent and re-arms the self-fence.
+// extendLocked records a successful write of rec sent at sent and, while the lease is held,
+// re-arms the self-fence from the send time. A lost lease still learns the record it wrote (so it
+// can give it back) but is never revived: the application was already told.
 func (s *Lease) extendLocked(rec Record, sent time.Time) {
+	s.rec = rec
 	if s.err != nil {
-		return // the application was already told: never revive a lost lease
+		return
 	}
 	c := s.l.opts.clock
-	s.rec = rec
 	s.validUntil = sent.Add(s.l.opts.lease - s.l.opts.safetyMargin)
 	if s.fence != nil {
 		s.fence.Stop()

@@ -368,8 +368,10 @@ func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lea
 		}
 		return nil, nil
 	}
-	a.leaveQueue(ctx)
-	l.opts.waker.Notify(a.lockID) // the queue changed: the next waiter is now the head
+	l.mu.Lock()
+	delete(l.observed, a.lockID)
+	l.mu.Unlock()
+	a.leaveQueue(ctx) // wakes the next waiter: it is the head now
 	return startLease(l, a.lockID, next, sent), nil
 }
 

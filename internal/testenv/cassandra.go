@@ -77,8 +77,27 @@ func (c *Cassandra) Session(t testing.TB, hosts ...string) *gocql.Session {
 	if err != nil {
 		t.Fatalf("connecting to Cassandra at %v: %v", hosts, err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { CloseSession(s, 10*time.Second) })
 	return s
+}
+
+// CloseSession closes s but gives up waiting after timeout: gocql's Session.Close can deadlock
+// while its control connection reconnects (apache/cassandra-gocql-driver#1687 and relatives), for
+// example after the network to Cassandra stalled. It reports whether the close finished.
+func CloseSession(s *gocql.Session, timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		s.Close()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // NewSession opens a gocql session with the settings baton's tests use.

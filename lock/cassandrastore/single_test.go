@@ -198,8 +198,12 @@ func TestSelfFenceWhenCassandraUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(session.Close)
-	t.Cleanup(func() { proxy.Stall(false) }) // runs first: let the session close promptly
+	t.Cleanup(func() {
+		proxy.Stall(false)
+		if !testenv.CloseSession(session, 3*time.Second) {
+			t.Log("gocql Session.Close hung after the stall (known driver deadlock); left behind")
+		}
+	})
 	newStore(t, single, "")                  // schema
 	store, err := cassandrastore.New(ctxFor(t, time.Minute), session, cassandrastore.WithKeyspace(keyspace))
 	if err != nil {

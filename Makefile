@@ -22,7 +22,8 @@ test: check ## all tests, race detector on (installs and starts Cassandra as nee
 	$(GO) test -race -count=1 -timeout 60m -v $(TESTFLAGS) $(PKGS) 2>&1 | tee $(OUT)/test.log \
 	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|simulation |cassandra |\s+\S+_test\.go:[0-9]+: )' || true
 	@! grep -qE '^(FAIL|panic:|--- FAIL)' $(OUT)/test.log
-	@echo "test: $$(grep -cE '^\s*--- PASS' $(OUT)/test.log) passed, $$(grep -cE '^\s*--- FAIL' $(OUT)/test.log) failed (full log: $(OUT)/test.log)"
+	@echo "full log: $(OUT)/test.log"
+	@echo "test: $$(grep -cE '^\s*--- PASS' $(OUT)/test.log) passed, $$(grep -cE '^\s*--- FAIL' $(OUT)/test.log) failed"
 
 .PHONY: check
 check: ## gofmt and go vet

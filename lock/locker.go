@@ -157,6 +157,13 @@ func (l *Locker) cas(ctx context.Context, lockID string, prev, next Record) (app
 	return l.store.CompareAndSwap(ctx, lockID, prev, next)
 }
 
+// load reads the owner record (not linearizably) under the request timeout.
+func (l *Locker) load(ctx context.Context, lockID string) (Record, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.requestTimeout)
+	defer cancel()
+	return l.store.Load(ctx, lockID, false)
+}
+
 // settle resolves a conditional write of unknown outcome with a linearizable read, retrying until
 // it succeeds or ctx ends (BRIEF §3 rule 5). After it returns, the write is visible or never applies.
 func (l *Locker) settle(ctx context.Context, lockID string) (Record, bool, error) {
@@ -203,6 +210,7 @@ type acquisition struct {
 	entry      QueueEntry
 	queued     bool
 	enqueuedAt time.Time // Locker clock; when the entry was last written
+	wasHead    bool      // at the last queue read nobody was ahead of us
 }
 
 func (a *acquisition) run(ctx context.Context) (*Lease, error) {
@@ -247,7 +255,22 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 			return nil, 0, err
 		}
 	}
-	// 2. Only the head of the queue contends for ownership (fairness; listing 6 step 2).
+	// 2. Only the head of the queue contends for ownership (fairness; listing 6 step 2). A waiter
+	// that may be the head reads the owner record at the same time, saving a round trip.
+	type loaded struct {
+		rec Record
+		ok  bool
+		err error
+	}
+	var record chan loaded
+	if !a.queued || a.wasHead {
+		record = make(chan loaded, 1)
+		go func() {
+			var r loaded
+			r.rec, r.ok, r.err = l.load(ctx, a.lockID)
+			record <- r
+		}()
+	}
 	queue, err := request(ctx, l, func(ctx context.Context) ([]QueueEntry, error) {
 		return l.store.Queue(ctx, a.lockID, queueReadLimit)
 	})
@@ -255,6 +278,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 		return nil, 0, fmt.Errorf("lock %s: reading queue: %w", a.lockID, err)
 	}
 	ahead, found := position(queue, a.entry, l.owner)
+	a.wasHead = ahead == 0
 	if a.queued && !found {
 		// Our entry expired (we were paused longer than its TTL) or is not visible yet: rewrite it.
 		return nil, l.opts.pollInterval, a.enqueue(ctx)
@@ -273,17 +297,16 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 		return nil, l.opts.waiterPoll, nil
 	}
 
-	// 3. Head of the queue (or the queue is empty): read the owner record.
-	type loaded struct {
-		rec Record
-		ok  bool
+	// 3. Head of the queue (or the queue is empty): read the owner record. The observation clock
+	// starts when the read is received, which is no earlier than the record was written.
+	var r loaded
+	if record != nil {
+		r = <-record
+	} else {
+		r.rec, r.ok, r.err = l.load(ctx, a.lockID)
 	}
-	r, err := request(ctx, l, func(ctx context.Context) (loaded, error) {
-		rec, ok, err := l.store.Load(ctx, a.lockID, false)
-		return loaded{rec, ok}, err
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, err)
+	if r.err != nil {
+		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
 	}
 	if wait := a.mustWait(r.rec, r.ok, l.opts.clock.Now()); wait > 0 {
 		if !a.block {

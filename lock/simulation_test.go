@@ -125,3 +125,18 @@ func TestSimulationCatchesUnsafeClock(t *testing.T) {
 	}
 	t.Fatal("20 histories with a clock running 60% fast passed every check: the checker cannot see overlapping grants")
 }
+
+// TestSimulationReplays makes sure a seed replays: the same seed gives the same history, so the
+// seed printed by a failing history reproduces it.
+func TestSimulationReplays(t *testing.T) {
+	classes := simClasses()
+	c := classes[len(classes)-1] // all faults at once
+	seed := classSeed(c.name, 7)
+	a, b := simulate(t, c, seed), simulate(t, c, seed)
+	if describe(a) != describe(b) || len(a.ops) != len(b.ops) || a.faults != b.faults || len(a.events) != len(b.events) {
+		t.Fatalf("seed %d gave two different histories:\n%s\nversus\n%s", seed, describe(a), describe(b))
+	}
+	if len(a.ops) == 0 {
+		t.Fatal("empty history")
+	}
+}

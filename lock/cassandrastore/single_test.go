@@ -204,7 +204,7 @@ func TestSelfFenceWhenCassandraUnreachable(t *testing.T) {
 			t.Log("gocql Session.Close hung after the stall (known driver deadlock); left behind")
 		}
 	})
-	newStore(t, single, "")                  // schema
+	newStore(t, single, "") // schema
 	store, err := cassandrastore.New(ctxFor(t, time.Minute), session, cassandrastore.WithKeyspace(keyspace))
 	if err != nil {
 		t.Fatal(err)

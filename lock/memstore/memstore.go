@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -138,7 +139,8 @@ type Client struct {
 	faults Faults
 
 	mu          sync.Mutex
-	rng         *rand.Rand
+	seed        uint64
+	streams     map[string]*rand.Rand // one random stream per kind of call
 	partitioned time.Time // requests fail until then
 	paused      time.Time // the process sends and receives nothing until then
 	crashed     bool
@@ -148,7 +150,7 @@ var _ lock.Store = (*Client)(nil)
 
 // Client returns a view of the store that injects faults drawn from its own source seeded by seed.
 func (s *Store) Client(seed uint64, f Faults) *Client {
-	return &Client{s: s, faults: f, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+	return &Client{s: s, faults: f, seed: seed, streams: make(map[string]*rand.Rand)}
 }
 
 // Partition makes every request of the client fail until d from now.
@@ -180,26 +182,40 @@ func (c *Client) Crash() {
 	c.crashed = true
 }
 
-func (c *Client) chance(p float64) bool {
+// stream returns the random stream of one kind of call. Separate streams keep a history
+// reproducible when calls of different kinds start at the same virtual instant and the Go
+// scheduler picks their order. The caller holds c.mu.
+func (c *Client) stream(kind string) *rand.Rand {
+	r, ok := c.streams[kind]
+	if !ok {
+		h := fnv.New64a()
+		h.Write([]byte(kind))
+		r = rand.New(rand.NewPCG(c.seed, h.Sum64()))
+		c.streams[kind] = r
+	}
+	return r
+}
+
+func (c *Client) chance(kind string, p float64) bool {
 	if p <= 0 {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.rng.Float64() < p
+	return c.stream(kind).Float64() < p
 }
 
-func (c *Client) upTo(d time.Duration) time.Duration {
+func (c *Client) upTo(kind string, d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.Duration(c.rng.Int64N(int64(d) + 1))
+	return time.Duration(c.stream(kind).Int64N(int64(d) + 1))
 }
 
-func (c *Client) latency() time.Duration {
-	return c.faults.MinLatency + c.upTo(c.faults.MaxLatency-c.faults.MinLatency)
+func (c *Client) latency(kind string) time.Duration {
+	return c.faults.MinLatency + c.upTo(kind, c.faults.MaxLatency-c.faults.MinLatency)
 }
 
 func (c *Client) cut() bool {
@@ -234,13 +250,13 @@ func timeout(ctx context.Context, what string) error {
 func (c *Client) call(ctx context.Context, what string, op func()) error {
 	c.s.count(&c.s.stats.Requests)
 	time.Sleep(c.pauseLeft())
-	if err := wait(ctx, c.latency()); err != nil {
+	if err := wait(ctx, c.latency(what)); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrTimeout, what, err)
 	}
 	if c.cut() {
 		return timeout(ctx, what)
 	}
-	if c.chance(c.faults.DropRequest) {
+	if c.chance(what, c.faults.DropRequest) {
 		c.s.count(&c.s.stats.DroppedRequests)
 		return timeout(ctx, what)
 	}
@@ -248,12 +264,12 @@ func (c *Client) call(ctx context.Context, what string, op func()) error {
 	if c.cut() {
 		return timeout(ctx, what)
 	}
-	if c.chance(c.faults.DropResponse) {
+	if c.chance(what, c.faults.DropResponse) {
 		c.s.count(&c.s.stats.DroppedResponses)
 		return timeout(ctx, what)
 	}
-	d := c.latency()
-	if c.chance(c.faults.Stall) {
+	d := c.latency(what)
+	if c.chance(what, c.faults.Stall) {
 		c.s.count(&c.s.stats.Stalls)
 		d += c.faults.StallFor
 	}
@@ -265,8 +281,12 @@ func (c *Client) call(ctx context.Context, what string, op func()) error {
 
 // Load implements lock.Store.
 func (c *Client) Load(ctx context.Context, lockID string, linearizable bool) (rec lock.Record, ok bool, err error) {
-	commit := c.chance(0.5)
-	err = c.call(ctx, "load", func() {
+	kind := "load"
+	if linearizable {
+		kind = "serial-load"
+	}
+	commit := c.chance(kind, 0.5)
+	err = c.call(ctx, kind, func() {
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
 		if linearizable {
@@ -279,14 +299,15 @@ func (c *Client) Load(ctx context.Context, lockID string, linearizable bool) (re
 
 // CompareAndSwap implements lock.Store.
 func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next lock.Record) (applied bool, cur lock.Record, ok bool, err error) {
-	commit := c.chance(0.5)
-	later := c.chance(c.faults.ApplyLater)
-	laterBy := c.upTo(c.faults.LaterBy)
-	dup := c.chance(c.faults.Duplicate)
-	dupBy := c.upTo(c.faults.LaterBy)
+	const kind = "compare-and-swap"
+	commit := c.chance(kind, 0.5)
+	later := c.chance(kind, c.faults.ApplyLater)
+	laterBy := c.upTo(kind, c.faults.LaterBy)
+	dup := c.chance(kind, c.faults.Duplicate)
+	dupBy := c.upTo(kind, c.faults.LaterBy)
 	prevVersion := prev.Version
 	var id int
-	err = c.call(ctx, "compare-and-swap", func() {
+	err = c.call(ctx, kind, func() {
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
 		c.s.settleLocked(lockID, commit)

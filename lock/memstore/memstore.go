@@ -141,8 +141,8 @@ type Client struct {
 	mu          sync.Mutex
 	seed        uint64
 	streams     map[string]*rand.Rand // one random stream per kind of call
-	partitioned time.Time // requests fail until then
-	paused      time.Time // the process sends and receives nothing until then
+	partitioned time.Time             // requests fail until then
+	paused      time.Time             // the process sends and receives nothing until then
 	crashed     bool
 }
 

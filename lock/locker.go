@@ -61,7 +61,7 @@ func New(store Store, owner Owner, opts ...Option) (*Locker, error) {
 // Owner returns the owner this Locker acquires for.
 func (l *Locker) Owner() Owner { return l.owner }
 
-// Lease returns the lease duration this Locker grants itself.
+// LeaseDuration returns the lease duration this Locker grants itself.
 func (l *Locker) LeaseDuration() time.Duration { return l.opts.lease }
 
 // Acquire blocks until it holds lockID or ctx ends (the seed's GetLock). It joins the lock's queue

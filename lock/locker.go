@@ -201,16 +201,24 @@ func (l *Locker) sleep(ctx context.Context, d time.Duration, hints <-chan struct
 	return nil
 }
 
+// loaded is the result of an owner-record read.
+type loaded struct {
+	rec Record
+	ok  bool
+	err error
+}
+
 // acquisition is one run of Acquire or TryAcquire.
 type acquisition struct {
 	l      *Locker
 	lockID string
 	block  bool
 
-	entry      QueueEntry
-	queued     bool
-	enqueuedAt time.Time // Locker clock; when the entry was last written
-	wasHead    bool      // at the last queue read nobody was ahead of us
+	entry       QueueEntry
+	queued      bool
+	enqueuedAt  time.Time // Locker clock; when the entry was last written
+	wasHead     bool      // at the last queue read nobody was ahead of us
+	queueReadAt time.Time // Locker clock; when the queue was last read
 }
 
 func (a *acquisition) run(ctx context.Context) (*Lease, error) {
@@ -257,10 +265,11 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	}
 	// 2. Only the head of the queue contends for ownership (fairness; listing 6 step 2). A waiter
 	// that may be the head reads the owner record at the same time, saving a round trip.
-	type loaded struct {
-		rec Record
-		ok  bool
-		err error
+	// The head re-reads the queue only once per waiter poll: only a waiter with a skewed clock or a
+	// late enqueue could get ahead of it, and that is a matter of fairness, not safety.
+	now := l.opts.clock.Now()
+	if a.wasHead && now.Sub(a.queueReadAt) < l.opts.waiterPoll {
+		return a.contend(ctx, nil)
 	}
 	var record chan loaded
 	if !a.queued || a.wasHead {
@@ -277,10 +286,12 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("lock %s: reading queue: %w", a.lockID, err)
 	}
+	a.queueReadAt = now
 	ahead, found := position(queue, a.entry, l.owner)
 	a.wasHead = ahead == 0
 	if a.queued && !found {
 		// Our entry expired (we were paused longer than its TTL) or is not visible yet: rewrite it.
+		a.wasHead = false
 		return nil, l.opts.pollInterval, a.enqueue(ctx)
 	}
 	if ahead > 0 {
@@ -291,12 +302,18 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 			return nil, l.opts.waiterPoll, a.enqueue(ctx)
 		}
 		if ahead == 1 {
-			// Next in line: look again soon, the head may be granted any moment.
-			return nil, (l.opts.pollInterval + l.opts.waiterPoll) / 2, nil
+			// Next in line: look again a little sooner, the head may be granted any moment.
+			return nil, max(l.opts.pollInterval, 2*l.opts.waiterPoll/3), nil
 		}
 		return nil, l.opts.waiterPoll, nil
 	}
+	return a.contend(ctx, record)
+}
 
+// contend is the head's part of a step: read the owner record (or take the read already under way)
+// and grant ourselves the lock when nothing blocks it.
+func (a *acquisition) contend(ctx context.Context, record <-chan loaded) (*Lease, time.Duration, error) {
+	l := a.l
 	// 3. Head of the queue (or the queue is empty): read the owner record. The observation clock
 	// starts when the read is received, which is no earlier than the record was written.
 	var r loaded

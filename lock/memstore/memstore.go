@@ -144,6 +144,14 @@ type Client struct {
 	partitioned time.Time             // requests fail until then
 	paused      time.Time             // the process sends and receives nothing until then
 	crashed     bool
+	requests    int
+}
+
+// Requests returns how many requests the client has sent.
+func (c *Client) Requests() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.requests
 }
 
 var _ lock.Store = (*Client)(nil)
@@ -249,6 +257,9 @@ func timeout(ctx context.Context, what string) error {
 // errLost when the caller must see a timeout.
 func (c *Client) call(ctx context.Context, what string, op func()) error {
 	c.s.count(&c.s.stats.Requests)
+	c.mu.Lock()
+	c.requests++
+	c.mu.Unlock()
 	time.Sleep(c.pauseLeft())
 	if err := wait(ctx, c.latency(what)); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrTimeout, what, err)

@@ -289,6 +289,9 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	a.queueReadAt = now
 	ahead, found := position(queue, a.entry, l.owner)
 	a.wasHead = ahead == 0
+	if a.block {
+		l.opts.progress(Progress{LockID: a.lockID, Ahead: ahead})
+	}
 	if a.queued && !found {
 		// Our entry expired (we were paused longer than its TTL) or is not visible yet: rewrite it.
 		a.wasHead = false
@@ -326,6 +329,9 @@ func (a *acquisition) contend(ctx context.Context, record <-chan loaded) (*Lease
 		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
 	}
 	if wait := a.mustWait(r.rec, r.ok, l.opts.clock.Now()); wait > 0 {
+		if a.block {
+			l.opts.progress(Progress{LockID: a.lockID, Holder: r.rec.Owner, Token: r.rec.Token})
+		}
 		if !a.block {
 			return nil, 0, fmt.Errorf("%w: %s is held by %s (token %d)", ErrLocked, a.lockID, r.rec.Owner, r.rec.Token)
 		}

@@ -35,7 +35,19 @@ type options struct {
 	clock          clock.WithDelayedExecution
 	wallClock      func() time.Time
 	waker          Waker
+	progress       func(Progress)
 	errs           []error
+}
+
+// Progress is what a waiting Acquire knows about its place, reported through WithProgress.
+type Progress struct {
+	LockID string
+	// Ahead is how many waiters are ahead in the queue; 0 means this one is the head.
+	Ahead int
+	// Holder and Token name the current owner record when the head has read it ("" when free or
+	// not read yet: only the head reads it).
+	Holder string
+	Token  int64
 }
 
 // positive records an error for an explicitly set duration that is not positive.
@@ -108,6 +120,10 @@ func WithClock(c clock.WithDelayedExecution) Option {
 // records. Skew between machines makes the queue less fair, never unsafe.
 func WithWallClock(now func() time.Time) Option { return func(o *options) { o.wallClock = now } }
 
+// WithProgress sets a function that Acquire calls, from its own goroutine, whenever it has read
+// its place in the queue or the owner record. It costs no extra store requests. It must not block.
+func WithProgress(f func(Progress)) Option { return func(o *options) { o.progress = f } }
+
 // WithWaker sets the hint channel that wakes waiters early when a lock is released (see Waker).
 func WithWaker(w Waker) Option { return func(o *options) { o.waker = w } }
 
@@ -148,6 +164,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.waker == nil {
 		o.waker = noWaker{}
+	}
+	if o.progress == nil {
+		o.progress = func(Progress) {}
 	}
 	return o, o.validate()
 }

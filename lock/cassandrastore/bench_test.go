@@ -44,10 +44,10 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // BenchmarkHandoff measures the time from a holder's Release call to the queue head's Acquire
-// returning, polling (default 100ms head poll) and with an in-process wake hint.
+// returning, polling (default head poll) and with an in-process wake hint.
 func BenchmarkHandoff(b *testing.B) {
 	store := newStore(b, single, "")
-	for _, mode := range []string{"poll-100ms", "wake-hint"} {
+	for _, mode := range []string{"poll-default", "wake-hint"} {
 		b.Run(mode, func(b *testing.B) {
 			ctx := ctxFor(b, 10*time.Minute)
 			id := lockID(b)

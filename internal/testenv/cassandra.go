@@ -11,6 +11,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/baton-dev/baton/internal/localcassandra"
+	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
 // InCI reports whether the tests run in CI (CI=true), where missing components fail tests.
@@ -77,27 +78,8 @@ func (c *Cassandra) Session(t testing.TB, hosts ...string) *gocql.Session {
 	if err != nil {
 		t.Fatalf("connecting to Cassandra at %v: %v", hosts, err)
 	}
-	t.Cleanup(func() { CloseSession(s, 10*time.Second) })
+	t.Cleanup(func() { cassandrastore.CloseSession(s, 10*time.Second) })
 	return s
-}
-
-// CloseSession closes s but gives up waiting after timeout: gocql's Session.Close can deadlock
-// while its control connection reconnects (apache/cassandra-gocql-driver#1687 and relatives), for
-// example after the network to Cassandra stalled. It reports whether the close finished.
-func CloseSession(s *gocql.Session, timeout time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		s.Close()
-		close(done)
-	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // NewSession opens a gocql session with the settings baton's tests use.

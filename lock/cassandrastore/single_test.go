@@ -200,7 +200,7 @@ func TestSelfFenceWhenCassandraUnreachable(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		proxy.Stall(false)
-		if !testenv.CloseSession(session, 3*time.Second) {
+		if !cassandrastore.CloseSession(session, 3*time.Second) {
 			t.Log("gocql Session.Close hung after the stall (known driver deadlock); left behind")
 		}
 	})

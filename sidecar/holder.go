@@ -1,0 +1,448 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/sidecar/api"
+)
+
+// subscriberBuffer is how many events a slow subscriber may lag behind before its stream is
+// closed (it then reconnects and reads the current state; it never silently misses a loss).
+const subscriberBuffer = 256
+
+// Holder holds the pod's locks and serves their state; it implements api.Service.
+type Holder struct {
+	opts   Options
+	store  lock.Store
+	locker *lock.Locker
+	log    logr.Logger
+
+	mu       sync.Mutex
+	locks    map[string]*lockState // by declared lock ID
+	byStore  map[string]string     // store lock ID → declared lock ID
+	subs     map[chan api.Event]struct{}
+	started  bool
+	stopping bool
+	cancel   context.CancelFunc
+	changes  chan struct{}
+	wg       sync.WaitGroup
+}
+
+type lockState struct {
+	status   api.LockStatus
+	lease    *lock.Lease
+	everHeld bool
+}
+
+var _ api.Service = (*Holder)(nil)
+
+// NewHolder returns a Holder for the validated options opts on store. Extra lock options (for
+// example a test clock or a waker) are passed to the lock.Locker.
+func NewHolder(opts Options, store lock.Store, log logr.Logger, lockOpts ...lock.Option) (*Holder, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	owner, err := lock.NewOwner(opts.Owner())
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: owner identity: %w", err)
+	}
+	h := &Holder{
+		opts: opts, store: store, log: log,
+		locks:   make(map[string]*lockState, len(opts.LockIDs)),
+		byStore: make(map[string]string, len(opts.LockIDs)),
+		subs:    make(map[chan api.Event]struct{}),
+		changes: make(chan struct{}, 1),
+	}
+	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithProgress(h.onProgress)}, lockOpts...)
+	if h.locker, err = lock.New(store, owner, all...); err != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
+	}
+	for _, id := range opts.LockIDs {
+		h.locks[id] = &lockState{status: api.LockStatus{LockID: id, State: api.StateIdle}}
+		h.byStore[opts.StoreLockID(id)] = id
+	}
+	return h, nil
+}
+
+// Start begins holding: in Blocking mode it acquires every declared lock and keeps holding it,
+// queueing again after a loss, until Shutdown. It returns at once.
+func (h *Holder) Start(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	h.mu.Lock()
+	h.cancel = cancel
+	if h.opts.Mode == ModeTry {
+		h.started = true
+	}
+	h.mu.Unlock()
+	if h.opts.Mode != ModeBlocking {
+		return
+	}
+	for _, id := range h.opts.LockIDs {
+		h.wg.Go(func() { h.hold(ctx, id) })
+	}
+}
+
+// hold keeps one lock held in Blocking mode.
+func (h *Holder) hold(ctx context.Context, id string) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		h.update(id, func(s *lockState) {
+			reason := "joining the queue"
+			if s.status.State == api.StateLost {
+				reason = "queueing again after the lock was lost: " + s.status.Reason
+			}
+			s.status = api.LockStatus{LockID: id, State: api.StateWaiting, Reason: reason}
+		})
+		lease, err := h.locker.Acquire(ctx, h.opts.StoreLockID(id))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			h.update(id, func(s *lockState) { s.status.State, s.status.Reason = api.StateWaiting, err.Error() })
+			sleep(ctx, backoff)
+			continue
+		}
+		h.acquired(id, lease)
+		select {
+		case <-lease.Done():
+		case <-ctx.Done():
+			return // Shutdown releases it
+		}
+		h.ended(id, lease)
+	}
+}
+
+// acquired records a new lease and tells subscribers.
+func (h *Holder) acquired(id string, lease *lock.Lease) {
+	h.mu.Lock()
+	s := h.locks[id]
+	s.lease, s.everHeld = lease, true
+	s.status = api.LockStatus{LockID: id, State: api.StateHeld, Token: lease.Token(), Holder: h.podName()}
+	if h.opts.Mode == ModeBlocking && !h.started {
+		h.started = h.allEverHeldLocked()
+	}
+	h.publishLocked(api.Event{Type: api.EventAcquired, LockID: id, Token: lease.Token(), Time: time.Now()})
+	h.mu.Unlock()
+	h.log.Info("lock held", "lock", id, "token", lease.Token())
+}
+
+// ended records that a lease ended on its own (lost or revoked).
+func (h *Holder) ended(id string, lease *lock.Lease) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.locks[id]
+	if s.lease != lease {
+		return
+	}
+	reason := "lost"
+	if err := lease.Err(); err != nil {
+		reason = strings.TrimPrefix(err.Error(), "lock: ")
+	}
+	if errors.Is(lease.Err(), lock.ErrReleased) {
+		return // released through the API or at shutdown: already reported
+	}
+	s.lease = nil
+	s.status = api.LockStatus{LockID: id, State: api.StateLost, Token: lease.Token(), Reason: reason}
+	h.publishLocked(api.Event{Type: api.EventLost, LockID: id, Token: lease.Token(), Reason: reason, Time: time.Now()})
+	h.log.Info("lock lost", "lock", id, "token", lease.Token(), "reason", reason)
+}
+
+// onProgress turns the lock's queue progress into the waiting status ("position 2").
+func (h *Holder) onProgress(p lock.Progress) {
+	h.mu.Lock()
+	id, ok := h.byStore[p.LockID]
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	h.update(id, func(s *lockState) {
+		if s.lease != nil {
+			return
+		}
+		if p.Holder != "" {
+			s.status.Holder = podOf(p.Holder)
+		} else {
+			s.status.QueuePosition = p.Ahead + 1
+		}
+		s.status.State = api.StateWaiting
+		s.status.Reason = fmt.Sprintf("waiting: position %d for lock %s", s.status.QueuePosition, id)
+		if s.status.Holder != "" {
+			s.status.Reason += ", held by " + s.status.Holder
+		}
+	})
+}
+
+// update changes one lock's status under the lock and signals a change.
+func (h *Holder) update(id string, f func(*lockState)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	before := h.locks[id].status
+	f(h.locks[id])
+	if h.locks[id].status != before {
+		h.signalLocked()
+	}
+}
+
+func (h *Holder) signalLocked() {
+	select {
+	case h.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Changes returns a channel that receives after any change of state (for the readiness gate).
+func (h *Holder) Changes() <-chan struct{} { return h.changes }
+
+func (h *Holder) publishLocked(e api.Event) {
+	h.signalLocked()
+	for ch := range h.subs {
+		select {
+		case ch <- e:
+		default:
+			// Too slow: end its stream so that it reconnects and rereads the state.
+			delete(h.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+func (h *Holder) allEverHeldLocked() bool {
+	for _, s := range h.locks {
+		if !s.everHeld {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *Holder) podName() string { return h.opts.Pod.Namespace + "/" + h.opts.Pod.Name }
+
+// podOf turns an owner string ("ns/pod/uid#incarnation") into "ns/pod".
+func podOf(owner string) string {
+	o, err := lock.ParseOwner(owner)
+	if err != nil {
+		return owner
+	}
+	parts := strings.SplitN(o.Identity, "/", 3)
+	if len(parts) < 2 {
+		return o.Identity
+	}
+	return parts[0] + "/" + parts[1]
+}
+
+// Locks implements api.Service.
+func (h *Holder) Locks() []api.LockStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]api.LockStatus, 0, len(h.opts.LockIDs))
+	for _, id := range h.opts.LockIDs {
+		out = append(out, h.statusLocked(id))
+	}
+	return out
+}
+
+// Lock implements api.Service.
+func (h *Holder) Lock(id string) (api.LockStatus, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.locks[id]; !ok {
+		return api.LockStatus{}, false
+	}
+	return h.statusLocked(id), true
+}
+
+func (h *Holder) statusLocked(id string) api.LockStatus {
+	s := h.locks[id]
+	st := s.status
+	if s.lease != nil {
+		st.LeaseRemainingMs = s.lease.Remaining().Milliseconds()
+	}
+	return st
+}
+
+// Acquire implements api.Service (Try mode).
+func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (api.LockStatus, error) {
+	if err := h.tryModeLock(id); err != nil {
+		return api.LockStatus{}, err
+	}
+	if st, _ := h.Lock(id); st.State == api.StateHeld {
+		return st, nil
+	}
+	var (
+		lease *lock.Lease
+		err   error
+	)
+	if wait <= 0 {
+		lease, err = h.locker.TryAcquire(ctx, h.opts.StoreLockID(id))
+	} else {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		lease, err = h.locker.Acquire(wctx, h.opts.StoreLockID(id))
+		cancel()
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			err = fmt.Errorf("%w: not granted within %v", lock.ErrLocked, wait)
+		}
+	}
+	switch {
+	case errors.Is(err, lock.ErrAlreadyHeld):
+		st, _ := h.Lock(id)
+		return st, nil
+	case errors.Is(err, lock.ErrLocked):
+		st, _ := h.Lock(id)
+		return st, fmt.Errorf("%w: %w", api.ErrLocked, err)
+	case err != nil:
+		return api.LockStatus{}, err
+	}
+	h.acquired(id, lease)
+	h.wg.Go(func() {
+		<-lease.Done()
+		h.ended(id, lease)
+	})
+	st, _ := h.Lock(id)
+	return st, nil
+}
+
+// Release implements api.Service (Try mode).
+func (h *Holder) Release(ctx context.Context, id string) (api.LockStatus, error) {
+	if err := h.tryModeLock(id); err != nil {
+		return api.LockStatus{}, err
+	}
+	h.mu.Lock()
+	lease := h.locks[id].lease
+	h.mu.Unlock()
+	if lease == nil {
+		return api.LockStatus{}, fmt.Errorf("%w: %s", api.ErrNotHeld, id)
+	}
+	err := h.release(ctx, id, lease)
+	st, _ := h.Lock(id)
+	return st, err
+}
+
+// release gives a lease back and reports it.
+func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease) error {
+	err := lease.Release(ctx) // Done closes before this returns, even on error
+	h.mu.Lock()
+	s := h.locks[id]
+	if s.lease == lease {
+		s.lease = nil
+		s.status = api.LockStatus{LockID: id, State: api.StateIdle, Token: lease.Token(), Reason: "released"}
+		h.publishLocked(api.Event{Type: api.EventReleased, LockID: id, Token: lease.Token(), Time: time.Now()})
+	}
+	h.mu.Unlock()
+	h.log.Info("lock released", "lock", id, "token", lease.Token(), "confirmed", err == nil)
+	return err
+}
+
+func (h *Holder) tryModeLock(id string) error {
+	if _, ok := h.locks[id]; !ok {
+		return fmt.Errorf("%w: %q is not declared (declared: %s)", api.ErrUnknownLock, id, strings.Join(h.opts.LockIDs, ", "))
+	}
+	if h.opts.Mode != ModeTry {
+		return fmt.Errorf("%w: %s is held by the sidecar in %s mode", api.ErrNotTryMode, id, h.opts.Mode)
+	}
+	return nil
+}
+
+// Subscribe implements api.Service.
+func (h *Holder) Subscribe() (<-chan api.Event, func()) {
+	ch := make(chan api.Event, subscriberBuffer)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping {
+		close(ch)
+		return ch, func() {}
+	}
+	h.subs[ch] = struct{}{}
+	return ch, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if _, ok := h.subs[ch]; ok {
+			delete(h.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+// Healthy implements api.Service: the store answers a read of the first lock.
+func (h *Holder) Healthy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, _, err := h.store.Load(ctx, h.opts.StoreLockID(h.opts.LockIDs[0]), false); err != nil {
+		return fmt.Errorf("lock store unreachable: %w", err)
+	}
+	return nil
+}
+
+// Ready implements api.Service: every declared lock is held.
+func (h *Holder) Ready() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.locks {
+		if s.lease == nil || !s.lease.Valid() {
+			return false
+		}
+	}
+	return true
+}
+
+// Started implements api.Service.
+func (h *Holder) Started() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.started
+}
+
+// Shutdown stops acquiring, releases every held lock (bounded by ctx), reports the releases and
+// ends every event stream.
+func (h *Holder) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	h.stopping = true
+	cancel := h.cancel
+	held := make(map[string]*lock.Lease)
+	for id, s := range h.locks {
+		if s.lease != nil {
+			held[id] = s.lease
+		}
+	}
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for id, lease := range held {
+		wg.Go(func() {
+			if err := h.release(ctx, id, lease); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	h.wg.Wait()
+	h.mu.Lock()
+	for ch := range h.subs {
+		delete(h.subs, ch)
+		close(ch)
+	}
+	h.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

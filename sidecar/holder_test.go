@@ -1,0 +1,205 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/baton-dev/baton/lock/memstore"
+	"github.com/baton-dev/baton/sidecar/api"
+)
+
+// testOptions returns valid options for pod name in mode.
+func testOptions(t *testing.T, name string, mode Mode, locks ...string) Options {
+	t.Helper()
+	o, err := ParseOptions(nil, env(map[string]string{
+		"POD_NAME": name, "POD_UID": "uid-" + name, "BATON_MODE": string(mode),
+		"BATON_LOCK_IDS": strings.Join(locks, ","), "BATON_LEASE": "3s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func newTestHolder(t *testing.T, mem *memstore.Store, seed uint64, o Options) (*Holder, *memstore.Client) {
+	t.Helper()
+	client := mem.Client(seed, memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 2 * time.Millisecond})
+	h, err := NewHolder(o, client, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, client
+}
+
+// next returns the next event or fails after a (virtual) minute.
+func next(t *testing.T, events <-chan api.Event) api.Event {
+	t.Helper()
+	select {
+	case e, ok := <-events:
+		if !ok {
+			t.Fatal("event stream ended")
+		}
+		return e
+	case <-time.After(time.Minute):
+		t.Fatal("no event within a minute")
+	}
+	return api.Event{}
+}
+
+func TestHolderBlockingHandoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", ModeBlocking, "orders", "payments"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", ModeBlocking, "orders", "payments"))
+		aEvents, stopA := a.Subscribe()
+		defer stopA()
+		bEvents, stopB := b.Subscribe()
+		defer stopB()
+
+		a.Start(ctx)
+		for range 2 {
+			if e := next(t, aEvents); e.Type != api.EventAcquired {
+				t.Fatalf("a: %+v", e)
+			}
+		}
+		if !a.Ready() || !a.Started() {
+			t.Fatal("a holds both locks but is not ready/started")
+		}
+		b.Start(ctx)
+		time.Sleep(5 * time.Second)
+		if b.Ready() || b.Started() {
+			t.Fatal("b is ready while a holds the locks")
+		}
+		st, _ := b.Lock("orders")
+		if st.State != api.StateWaiting || st.QueuePosition != 1 || !strings.Contains(st.Reason, "position 1 for lock orders") ||
+			st.Holder != "shop/a" {
+			t.Fatalf("b's waiting status: %+v", st)
+		}
+		held, _ := a.Lock("orders")
+		if held.State != api.StateHeld || held.LeaseRemainingMs <= 0 || held.Holder != "shop/a" {
+			t.Fatalf("a's status: %+v", held)
+		}
+
+		if err := a.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if e := next(t, aEvents); e.Type != api.EventReleased {
+				t.Fatalf("a after shutdown: %+v", e)
+			}
+		}
+		if _, ok := <-aEvents; ok {
+			t.Fatal("a's stream should end at shutdown")
+		}
+		tokens := map[string]int64{}
+		for range 2 {
+			e := next(t, bEvents)
+			if e.Type != api.EventAcquired {
+				t.Fatalf("b: %+v", e)
+			}
+			tokens[e.LockID] = e.Token
+		}
+		if tokens["orders"] != held.Token+1 {
+			t.Fatalf("b's token for orders %d, a had %d", tokens["orders"], held.Token)
+		}
+		if !b.Ready() || !b.Started() {
+			t.Fatal("b holds both locks but is not ready")
+		}
+		_ = b.Shutdown(ctx)
+	})
+}
+
+func TestHolderLossRequeues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		a, aStore := newTestHolder(t, mem, 1, testOptions(t, "a", ModeBlocking, "orders"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", ModeBlocking, "orders"))
+		events, stop := a.Subscribe()
+		defer stop()
+		a.Start(ctx)
+		first := next(t, events)
+		b.Start(ctx)
+		aStore.Partition(10 * time.Second) // a cannot renew
+		lost := next(t, events)
+		if lost.Type != api.EventLost || lost.Token != first.Token || !strings.Contains(lost.Reason, "expired") {
+			t.Fatalf("want a lost notice for token %d, got %+v", first.Token, lost)
+		}
+		if a.Ready() {
+			t.Fatal("a is ready after losing its lock")
+		}
+		time.Sleep(5 * time.Second)
+		st, _ := b.Lock("orders")
+		if st.State != api.StateHeld || st.Token <= first.Token {
+			t.Fatalf("b should hold a newer token: %+v", st)
+		}
+		st, _ = a.Lock("orders")
+		if st.State != api.StateWaiting {
+			t.Fatalf("a should queue again: %+v", st)
+		}
+		_ = b.Shutdown(ctx)
+		_ = a.Shutdown(ctx)
+	})
+}
+
+func TestHolderTryMode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", ModeTry, "orders"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", ModeTry, "orders"))
+		a.Start(ctx)
+		b.Start(ctx)
+		if !a.Started() || a.Ready() {
+			t.Fatal("try mode: started at once, not ready before acquiring")
+		}
+		st, err := a.Acquire(ctx, "orders", 0)
+		if err != nil || st.State != api.StateHeld || st.Token != 1 {
+			t.Fatalf("try on a free lock: %+v %v", st, err)
+		}
+		if again, err := a.Acquire(ctx, "orders", 0); err != nil || again.Token != 1 {
+			t.Fatalf("acquiring a held lock again should be idempotent: %+v %v", again, err)
+		}
+		if _, err := b.Acquire(ctx, "orders", 0); !errors.Is(err, api.ErrLocked) {
+			t.Fatalf("try on a held lock: %v", err)
+		}
+		start := time.Now()
+		if _, err := b.Acquire(ctx, "orders", 2*time.Second); !errors.Is(err, api.ErrLocked) || time.Since(start) < 2*time.Second {
+			t.Fatalf("bounded wait on a held lock: %v after %v", err, time.Since(start))
+		}
+		got := make(chan api.LockStatus, 1)
+		go func() {
+			st, err := b.Acquire(ctx, "orders", time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- st
+		}()
+		time.Sleep(time.Second)
+		if st, err := a.Release(ctx, "orders"); err != nil || st.State != api.StateIdle {
+			t.Fatalf("release: %+v %v", st, err)
+		}
+		if st := <-got; st.Token != 2 {
+			t.Fatalf("waiter got %+v", st)
+		}
+		if _, err := a.Release(ctx, "orders"); !errors.Is(err, api.ErrNotHeld) {
+			t.Fatalf("release when not held: %v", err)
+		}
+		if _, err := a.Acquire(ctx, "nope", 0); !errors.Is(err, api.ErrUnknownLock) {
+			t.Fatalf("unknown lock: %v", err)
+		}
+		blocking, _ := newTestHolder(t, mem, 3, testOptions(t, "c", ModeBlocking, "orders"))
+		if _, err := blocking.Acquire(ctx, "orders", 0); !errors.Is(err, api.ErrNotTryMode) {
+			t.Fatalf("acquire in blocking mode: %v", err)
+		}
+		_ = a.Shutdown(ctx)
+		_ = b.Shutdown(ctx)
+	})
+}

@@ -1,0 +1,131 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/go-logr/logr"
+
+	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/sidecar/api"
+)
+
+// Run runs the sidecar until ctx ends (SIGTERM), then shuts down within opts.ShutdownTimeout:
+// it stops claiming its locks, releases them and closes the API. Connecting to Cassandra is
+// retried with progress logs until ctx ends.
+func Run(ctx context.Context, opts Options, log logr.Logger) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	cc, err := opts.Cassandra.ClusterConfig()
+	if err != nil {
+		return err
+	}
+	session, err := connect(ctx, cc, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if !cassandrastore.CloseSession(session, 5*time.Second) {
+			log.Info("closing the Cassandra session timed out; exiting anyway")
+		}
+	}()
+	cons, _ := gocql.ParseConsistencyWrapper(opts.Cassandra.Consistency)
+	serial, _ := gocql.ParseConsistencyWrapper(opts.Cassandra.SerialConsistency)
+	store, err := cassandrastore.New(ctx, session, cassandrastore.WithKeyspace(opts.Cassandra.Keyspace),
+		cassandrastore.WithConsistency(cons), cassandrastore.WithSerialConsistency(serial))
+	if err != nil {
+		return err
+	}
+	holder, err := NewHolder(opts, store, log.WithName("holder"))
+	if err != nil {
+		return err
+	}
+	handler, err := api.NewHandler(holder, api.WithLogger(log.WithName("api")))
+	if err != nil {
+		return err
+	}
+
+	listeners, err := listen(ctx, opts)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, len(listeners))
+	for _, ln := range listeners {
+		go func() { served <- srv.Serve(ln) }()
+		log.Info("serving the lock API", "address", ln.Addr().String())
+	}
+
+	runCtx, stopHolding := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHolding()
+	holder.Start(runCtx)
+	log.Info("sidecar started", "pod", opts.Owner(), "locks", opts.LockIDs, "mode", opts.Mode, "lease", opts.Lease.String())
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: releasing locks", "timeout", opts.ShutdownTimeout.String())
+	case err := <-served:
+		log.Error(err, "lock API stopped; shutting down")
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.ShutdownTimeout)
+	defer cancel()
+	releaseErr := holder.Shutdown(sctx)
+	stopHolding()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if releaseErr != nil {
+		return fmt.Errorf("sidecar: releasing locks at shutdown (they expire after one lease): %w", releaseErr)
+	}
+	log.Info("sidecar stopped")
+	return nil
+}
+
+// connect opens a Cassandra session, retrying with backoff and a log line per attempt.
+func connect(ctx context.Context, cc *gocql.ClusterConfig, log logr.Logger) (*gocql.Session, error) {
+	backoff := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		session, err := cc.CreateSession()
+		if err == nil {
+			return session, nil
+		}
+		log.Info("Cassandra not reachable yet, retrying", "attempt", attempt, "hosts", cc.Hosts, "err", err.Error())
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("sidecar: connecting to Cassandra at %v: %w (last error: %w)", cc.Hosts, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// listen opens the unix socket and, when configured, the loopback TCP address.
+func listen(ctx context.Context, opts Options) ([]net.Listener, error) {
+	unix, err := api.ListenUnix(ctx, opts.SocketPath)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: %s: %w", name("socket"), err)
+	}
+	lns := []net.Listener{unix}
+	if opts.ListenTCP != "" {
+		host, _, err := net.SplitHostPort(opts.ListenTCP)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			unix.Close()
+			return nil, fmt.Errorf("sidecar: %s is %q: give a loopback address such as 127.0.0.1:7946", name("listen-tcp"), opts.ListenTCP)
+		}
+		tcp, err := net.Listen("tcp", opts.ListenTCP)
+		if err != nil {
+			unix.Close()
+			return nil, fmt.Errorf("sidecar: %s: %w", name("listen-tcp"), err)
+		}
+		lns = append(lns, tcp)
+	}
+	return lns, nil
+}
+

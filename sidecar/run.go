@@ -128,4 +128,3 @@ func listen(ctx context.Context, opts Options) ([]net.Listener, error) {
 	}
 	return lns, nil
 }
-

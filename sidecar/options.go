@@ -79,6 +79,7 @@ type Options struct {
 	ListenTCP       string        // optional loopback TCP address of the API ("" = off)
 	MetricsAddr     string        // loopback address of the Prometheus metrics
 	ShutdownTimeout time.Duration // bound on releasing locks at SIGTERM
+	Kubeconfig      string        // kubeconfig outside a cluster ("" = in-cluster config)
 }
 
 // CassandraOptions says how to reach the lock store.
@@ -131,6 +132,7 @@ var fields = map[string]field{
 	"listen-tcp":       {"listen-tcp", "BATON_LISTEN_TCP", "also serve the API on this loopback TCP address (empty: off)"},
 	"metrics-addr":     {"metrics-addr", "BATON_METRICS_ADDR", "loopback address of the Prometheus metrics"},
 	"shutdown-timeout": {"shutdown-timeout", "BATON_SHUTDOWN_TIMEOUT", "how long releasing locks may take at SIGTERM"},
+	"kubeconfig":       {"kubeconfig", "BATON_KUBECONFIG", "kubeconfig for running outside a cluster (default: in-cluster config)"},
 }
 
 // name returns how an error message names a field: "--flag (ENV)".
@@ -200,6 +202,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 		ListenTCP:       get("listen-tcp"),
 		MetricsAddr:     or(get("metrics-addr"), DefaultMetricsAddr),
 		ShutdownTimeout: dur("shutdown-timeout", DefaultShutdownTimeout),
+		Kubeconfig:      get("kubeconfig"),
 	}
 	if len(errs) > 0 {
 		return o, fmt.Errorf("sidecar: invalid configuration:\n  %w", joinLines(errs))

@@ -63,6 +63,19 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 
 	runCtx, stopHolding := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHolding()
+	var gate *Gate
+	stopGate := func() {}
+	if opts.TrafficPolicy != NoTraffic {
+		kube, err := KubeClient(opts.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		gate = NewGate(kube, opts, holder, log.WithName("gate"))
+		gateDone := make(chan struct{})
+		gateCtx, cancelGate := context.WithCancel(runCtx)
+		go func() { gate.Run(gateCtx); close(gateDone) }()
+		stopGate = func() { cancelGate(); <-gateDone }
+	}
 	holder.Start(runCtx)
 	log.Info("sidecar started", "pod", opts.Owner(), "locks", opts.LockIDs, "mode", opts.Mode, "lease", opts.Lease.String())
 
@@ -74,6 +87,15 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.ShutdownTimeout)
 	defer cancel()
+	stopGate()
+	if gate != nil {
+		// Take the pod out of traffic first (best effort: the lock does not wait for Kubernetes).
+		gctx, gcancel := context.WithTimeout(sctx, 2*time.Second)
+		if err := gate.Apply(gctx, GateState{Reason: "ShuttingDown", Message: "the sidecar is releasing its locks"}); err != nil {
+			log.Info("could not withdraw the pod from traffic before releasing", "err", err.Error())
+		}
+		gcancel()
+	}
 	releaseErr := holder.Shutdown(sctx)
 	stopHolding()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -91,7 +91,7 @@ func startSidecar(t *testing.T, ns, name string, extraEnv ...string) *sidecarPro
 		"BATON_LOCK_IDS=orders", "BATON_CASSANDRA_HOSTS="+strings.Join(cl.Hosts(), ","),
 		"BATON_CASSANDRA_KEYSPACE="+keyspace, "BATON_LEASE="+lease.String(), "BATON_SHUTDOWN_TIMEOUT=5s",
 		"POD_NAMESPACE="+ns, "POD_NAME="+name, "POD_UID=uid-"+name, "BATON_SOCKET="+socket,
-		"BATON_METRICS_ADDR=127.0.0.1:0")
+		"BATON_METRICS_ADDR=127.0.0.1:0", "BATON_TRAFFIC_POLICY=None")
 	p.cmd.Env = append(p.cmd.Env, extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

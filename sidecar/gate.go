@@ -1,0 +1,197 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/baton-dev/baton/sidecar/api"
+)
+
+// Names the gate writes on the pod (BRIEF §1).
+const (
+	// ConditionLockHeld is the readiness-gate condition type: True while the pod holds every lock.
+	ConditionLockHeld = "baton.dev/lock-held"
+	// LabelRole is the holder label of the Label traffic policy.
+	LabelRole = "baton.dev/role"
+	// RoleHolder and RoleStandby are its values.
+	RoleHolder  = "holder"
+	RoleStandby = "standby"
+)
+
+// gateResync is how often the gate rewrites its state even without a change, repairing edits
+// made by others; failed writes are retried sooner, with backoff.
+const gateResync = 30 * time.Second
+
+// GateState is what the gate tells Kubernetes.
+type GateState struct {
+	Held    bool
+	Reason  string
+	Message string
+}
+
+// GateState summarises the holder for the pod's readiness gate.
+func (h *Holder) GateState() GateState {
+	locks := h.Locks()
+	held := h.Ready()
+	var parts []string
+	for _, st := range locks {
+		switch {
+		case held:
+			parts = append(parts, fmt.Sprintf("%s (token %d)", st.LockID, st.Token))
+		case st.State != api.StateHeld:
+			msg := st.Reason
+			if msg == "" {
+				msg = string(st.State)
+			}
+			parts = append(parts, st.LockID+": "+msg)
+		}
+	}
+	if held {
+		return GateState{Held: true, Reason: "LockHeld", Message: "holding " + strings.Join(parts, ", ")}
+	}
+	reason := "WaitingForLock"
+	for _, st := range locks {
+		if st.State == api.StateLost {
+			reason = "LockLost"
+		}
+	}
+	return GateState{Reason: reason, Message: strings.Join(parts, "; ")}
+}
+
+// Gate writes the holder's state to the pod: the baton.dev/lock-held condition through the
+// pods/status subresource (ReadinessGate) or the baton.dev/role label (Label). It runs apart from
+// the lock: a slow or unreachable API server never delays self-fencing, only this report.
+type Gate struct {
+	client  kubernetes.Interface
+	ns, pod string
+	policy  TrafficPolicy
+	state   func() GateState
+	changes <-chan struct{}
+	log     logr.Logger
+
+	applied     *GateState
+	transitions time.Time
+}
+
+// NewGate returns a gate for the pod in opts, reporting h.
+func NewGate(client kubernetes.Interface, opts Options, h *Holder, log logr.Logger) *Gate {
+	return &Gate{client: client, ns: opts.Pod.Namespace, pod: opts.Pod.Name, policy: opts.TrafficPolicy,
+		state: h.GateState, changes: h.Changes(), log: log}
+}
+
+// Run reports every change within moments of it until ctx ends, retrying failed writes with
+// backoff (100ms up to 5s) and rewriting the state every 30s.
+func (g *Gate) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.changes:
+		case <-retry.C:
+		}
+		st := g.state()
+		if err := g.Apply(ctx, st); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			g.log.Info("reporting lock state to the pod failed, will retry", "err", err.Error(), "retryIn", backoff.String())
+			retry.Reset(backoff)
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		retry.Reset(gateResync)
+	}
+}
+
+// Apply writes st to the pod unless it was the last state written.
+func (g *Gate) Apply(ctx context.Context, st GateState) error {
+	if g.applied != nil && *g.applied == st {
+		return nil
+	}
+	var err error
+	switch g.policy {
+	case ReadinessGate:
+		err = g.patchCondition(ctx, st)
+	case Label:
+		err = g.patchLabel(ctx, st)
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	g.log.Info("reported lock state to the pod", "held", st.Held, "reason", st.Reason, "message", st.Message)
+	g.applied = &st
+	return nil
+}
+
+func (g *Gate) patchCondition(ctx context.Context, st GateState) error {
+	status := "False"
+	if st.Held {
+		status = "True"
+	}
+	if g.applied == nil || g.applied.Held != st.Held {
+		g.transitions = time.Now()
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+		"type": ConditionLockHeld, "status": status, "reason": st.Reason, "message": st.Message,
+		"lastTransitionTime": metav1.NewTime(g.transitions).Rfc3339Copy(),
+	}}}})
+	if err != nil {
+		return err
+	}
+	_, err = g.client.CoreV1().Pods(g.ns).Patch(ctx, g.pod, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patching condition %s of pod %s/%s: %w", ConditionLockHeld, g.ns, g.pod, err)
+	}
+	return nil
+}
+
+func (g *Gate) patchLabel(ctx context.Context, st GateState) error {
+	role := RoleStandby
+	if st.Held {
+		role = RoleHolder
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{LabelRole: role}}})
+	if err != nil {
+		return err
+	}
+	_, err = g.client.CoreV1().Pods(g.ns).Patch(ctx, g.pod, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("setting label %s=%s on pod %s/%s: %w", LabelRole, role, g.ns, g.pod, err)
+	}
+	return nil
+}
+
+// KubeClient returns a client from the kubeconfig file when given, else the in-cluster config.
+func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: Kubernetes client config (%s): %w", name("kubeconfig"), err)
+	}
+	cfg.UserAgent = "baton-sidecar"
+	cfg.Timeout = 5 * time.Second
+	return kubernetes.NewForConfig(cfg)
+}

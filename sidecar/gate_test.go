@@ -1,0 +1,153 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/lock/memstore"
+)
+
+var kube = testenv.NewKube()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	kube.Stop()
+	os.Exit(code)
+}
+
+// gatedPod creates a pod with baton's readiness gate and returns its options for a holder.
+func gatedPod(t *testing.T, client kubernetes.Interface, ns, name string, policy TrafficPolicy) Options {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: ConditionLockHeld}},
+		},
+	}
+	created, err := client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(t, name, ModeBlocking, "orders")
+	o.Pod = PodIdentity{Namespace: ns, Name: name, UID: string(created.UID)}
+	o.TrafficPolicy = policy
+	return o
+}
+
+func namespace(t *testing.T, client kubernetes.Interface) string {
+	t.Helper()
+	ns := fmt.Sprintf("gate-%d", time.Now().UnixNano())
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// runGated starts a holder on the in-memory lock store and its gate against the real API server.
+func runGated(t *testing.T, client kubernetes.Interface, mem *memstore.Store, seed uint64, o Options) *Holder {
+	t.Helper()
+	h, err := NewHolder(o, mem.Client(seed, memstore.Faults{}), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { NewGate(client, o, h, logr.Discard()).Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; _ = h.Shutdown(context.Background()) })
+	h.Start(ctx)
+	return h
+}
+
+func condition(t *testing.T, client kubernetes.Interface, ns, name string) (corev1.PodCondition, bool) {
+	t.Helper()
+	pod, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == ConditionLockHeld {
+			return c, true
+		}
+	}
+	return corev1.PodCondition{}, false
+}
+
+func eventually(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestGateReadinessCondition(t *testing.T) {
+	client := kube.Client(t)
+	ns := namespace(t, client)
+	mem := memstore.New()
+	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", ReadinessGate))
+	eventually(t, "pod a's condition True", 10*time.Second, func() bool {
+		c, ok := condition(t, client, ns, "a")
+		return ok && c.Status == corev1.ConditionTrue && c.Reason == "LockHeld" && strings.Contains(c.Message, "orders (token 1)")
+	})
+	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", ReadinessGate))
+	eventually(t, "pod b's condition False with its queue position", 10*time.Second, func() bool {
+		c, ok := condition(t, client, ns, "b")
+		return ok && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "position 1 for lock orders")
+	})
+	if c, _ := condition(t, client, ns, "a"); c.Status != corev1.ConditionTrue {
+		t.Fatalf("pod a lost its condition: %+v", c)
+	}
+
+	// The holder goes away: b's condition turns True, a's False.
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	took := eventually(t, "pod b's condition True after a released", 10*time.Second, func() bool {
+		c, _ := condition(t, client, ns, "b")
+		return c.Status == corev1.ConditionTrue
+	})
+	t.Logf("pod b's condition True %v after a released (handoff plus patch)", took.Round(time.Millisecond))
+	eventually(t, "pod a's condition False", 10*time.Second, func() bool {
+		c, _ := condition(t, client, ns, "a")
+		return c.Status == corev1.ConditionFalse
+	})
+}
+
+func TestGateRoleLabel(t *testing.T) {
+	client := kube.Client(t)
+	ns := namespace(t, client)
+	mem := memstore.New()
+	label := func(name string) string {
+		pod, err := client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pod.Labels[LabelRole]
+	}
+	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", Label))
+	eventually(t, "pod a labelled holder", 10*time.Second, func() bool { return label("a") == RoleHolder })
+	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", Label))
+	eventually(t, "pod b labelled standby", 10*time.Second, func() bool { return label("b") == RoleStandby })
+	if _, ok := condition(t, client, ns, "a"); ok {
+		t.Fatal("label mode must not write the readiness condition")
+	}
+	_ = a.Shutdown(context.Background())
+	eventually(t, "pod b labelled holder", 10*time.Second, func() bool { return label("b") == RoleHolder })
+	eventually(t, "pod a labelled standby", 10*time.Second, func() bool { return label("a") == RoleStandby })
+}

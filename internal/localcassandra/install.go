@@ -3,7 +3,6 @@ package localcassandra
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,8 +10,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/baton-dev/baton/internal/filelock"
 )
 
 const (
@@ -59,7 +59,7 @@ func Install(ctx context.Context, cfg Config) (libDir string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"))
+	unlock, err := filelock.Lock(ctx, filepath.Join(dir, ".lock"), nil)
 	if err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
@@ -132,33 +132,6 @@ func installed(dir, version string) bool {
 	}
 	_, err = os.Stat(filepath.Join(dir, "lib", "cassandra-all-"+version+".jar"))
 	return err == nil
-}
-
-// lockFile takes an exclusive flock on path, polling until ctx is done.
-func lockFile(ctx context.Context, path string) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				_ = f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			_ = f.Close()
-			return nil, fmt.Errorf("waiting for install lock %s: %w", path, ctx.Err())
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
 
 var javaVersionRE = regexp.MustCompile(`version "(\d+)(?:\.(\d+))?`)

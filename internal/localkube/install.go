@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/baton-dev/baton/internal/filelock"
 )
 
 const (
@@ -128,7 +130,7 @@ func Install(ctx context.Context, cfg Config) (binDir string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("localkube: install: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock"), func() {
+	unlock, err := filelock.Lock(ctx, filepath.Join(dir, ".lock"), func() {
 		fmt.Fprintf(cfg.Progress, "localkube: another process is building the control plane in %s; waiting for it...\n", dir)
 	})
 	if err != nil {

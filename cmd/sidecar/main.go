@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/go-logr/logr/funcr"
@@ -16,7 +17,14 @@ import (
 	"github.com/baton-dev/baton/sidecar"
 )
 
+// memoryLimit is the default soft memory limit: it keeps the sidecar's resident size small (BRIEF
+// §7: RSS ≤ 30 MiB). GOMEMLIMIT overrides it.
+const memoryLimit = 20 << 20
+
 func main() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
 	opts, err := sidecar.ParseOptions(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		sidecar.Usage(os.Stdout)

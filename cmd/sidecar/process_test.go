@@ -282,7 +282,7 @@ func TestThreeSidecarsHandOff(t *testing.T) {
 		t.Fatalf("after SIGKILL: %+v", e)
 	}
 	took := time.Since(killAt)
-	t.Logf("failover after SIGKILL: %v (lease %v)", took.Round(time.Millisecond), lease)
+	t.Logf("failover after SIGKILL: %v (lease %v); RSS of the surviving sidecar: %d KiB", took.Round(time.Millisecond), lease, last.rssKiB(t))
 	if took > lease+2*time.Second {
 		t.Fatalf("failover took %v, more than lease + 2s", took)
 	}

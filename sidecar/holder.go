@@ -20,10 +20,11 @@ const subscriberBuffer = 256
 
 // Holder holds the pod's locks and serves their state; it implements api.Service.
 type Holder struct {
-	opts   Options
-	store  lock.Store
-	locker *lock.Locker
-	log    logr.Logger
+	opts    Options
+	store   lock.Store
+	locker  *lock.Locker
+	log     logr.Logger
+	metrics *Metrics // nil: no metrics
 
 	mu       sync.Mutex
 	locks    map[string]*lockState // by declared lock ID
@@ -45,8 +46,17 @@ type lockState struct {
 var _ api.Service = (*Holder)(nil)
 
 // NewHolder returns a Holder for the validated options opts on store. Extra lock options (for
-// example a test clock or a waker) are passed to the lock.Locker.
+// example a test clock or a waker) are passed to the lock.Locker. Metrics are optional.
 func NewHolder(opts Options, store lock.Store, log logr.Logger, lockOpts ...lock.Option) (*Holder, error) {
+	return newHolder(opts, store, log, nil, lockOpts...)
+}
+
+// NewInstrumentedHolder is NewHolder with metrics: store requests and lock events are recorded in m.
+func NewInstrumentedHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lockOpts ...lock.Option) (*Holder, error) {
+	return newHolder(opts, m.Instrument(store), log, m, lockOpts...)
+}
+
+func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lockOpts ...lock.Option) (*Holder, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -55,7 +65,7 @@ func NewHolder(opts Options, store lock.Store, log logr.Logger, lockOpts ...lock
 		return nil, fmt.Errorf("sidecar: owner identity: %w", err)
 	}
 	h := &Holder{
-		opts: opts, store: store, log: log,
+		opts: opts, store: store, log: log, metrics: m,
 		locks:   make(map[string]*lockState, len(opts.LockIDs)),
 		byStore: make(map[string]string, len(opts.LockIDs)),
 		subs:    make(map[chan api.Event]struct{}),
@@ -131,6 +141,7 @@ func (h *Holder) acquired(id string, lease *lock.Lease) {
 	}
 	h.publishLocked(api.Event{Type: api.EventAcquired, LockID: id, Token: lease.Token(), Time: time.Now()})
 	h.mu.Unlock()
+	h.metrics.acquired(id, lease.Token())
 	h.log.Info("lock held", "lock", id, "token", lease.Token())
 }
 
@@ -152,6 +163,7 @@ func (h *Holder) ended(id string, lease *lock.Lease) {
 	s.lease = nil
 	s.status = api.LockStatus{LockID: id, State: api.StateLost, Token: lease.Token(), Reason: reason}
 	h.publishLocked(api.Event{Type: api.EventLost, LockID: id, Token: lease.Token(), Reason: reason, Time: time.Now()})
+	h.metrics.lost(id, lease.Err())
 	h.log.Info("lock lost", "lock", id, "token", lease.Token(), "reason", reason)
 }
 
@@ -334,6 +346,7 @@ func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease) erro
 		s.lease = nil
 		s.status = api.LockStatus{LockID: id, State: api.StateIdle, Token: lease.Token(), Reason: "released"}
 		h.publishLocked(api.Event{Type: api.EventReleased, LockID: id, Token: lease.Token(), Time: time.Now()})
+		h.metrics.released(id)
 	}
 	h.mu.Unlock()
 	h.log.Info("lock released", "lock", id, "token", lease.Token(), "confirmed", err == nil)

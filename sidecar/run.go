@@ -41,10 +41,16 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	holder, err := NewHolder(opts, store, log.WithName("holder"))
+	metrics := NewMetrics()
+	holder, err := NewInstrumentedHolder(opts, store, log.WithName("holder"), metrics)
 	if err != nil {
 		return err
 	}
+	metricsLn, err := serveMetrics(ctx, opts.MetricsAddr, metrics)
+	if err != nil {
+		return err
+	}
+	log.Info("serving metrics", "address", "http://"+metricsLn.Addr().String()+"/metrics")
 	handler, err := api.NewHandler(holder, api.WithLogger(log.WithName("api")))
 	if err != nil {
 		return err

@@ -1,0 +1,161 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/baton-dev/baton/lock"
+)
+
+// Metrics are the sidecar's Prometheus metrics, on a registry of their own.
+type Metrics struct {
+	Registry     *prometheus.Registry
+	held         *prometheus.GaugeVec
+	token        *prometheus.GaugeVec
+	acquisitions *prometheus.CounterVec
+	losses       *prometheus.CounterVec
+	releases     *prometheus.CounterVec
+	requests     *prometheus.HistogramVec
+	storeErrors  *prometheus.CounterVec
+}
+
+// NewMetrics registers the sidecar's metrics (and the Go and process collectors) on a new registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "baton_lock_held",
+			Help: "1 while this pod holds the lock, else 0."}, []string{"lock"}),
+		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "baton_lock_token",
+			Help: "Fencing token of the lock's current or last grant to this pod."}, []string{"lock"}),
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_lock_acquisitions_total",
+			Help: "Grants of the lock to this pod."}, []string{"lock"}),
+		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_lock_losses_total",
+			Help: "Times this pod lost the lock without releasing it, by reason."}, []string{"lock", "reason"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_lock_releases_total",
+			Help: "Releases of the lock by this pod."}, []string{"lock"}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "baton_store_request_seconds",
+			Help:    "Latency of lock-store requests by operation (renewals are cas).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"op"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_store_errors_total",
+			Help: "Failed lock-store requests by operation."}, []string{"op"}),
+	}
+	m.Registry.MustRegister(m.held, m.token, m.acquisitions, m.losses, m.releases, m.requests, m.storeErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) acquired(id string, token int64) {
+	if m == nil {
+		return
+	}
+	m.held.WithLabelValues(id).Set(1)
+	m.token.WithLabelValues(id).Set(float64(token))
+	m.acquisitions.WithLabelValues(id).Inc()
+}
+
+func (m *Metrics) lost(id string, err error) {
+	if m == nil {
+		return
+	}
+	reason := "other"
+	switch {
+	case errors.Is(err, lock.ErrLeaseExpired):
+		reason = "expired"
+	case errors.Is(err, lock.ErrRevoked):
+		reason = "revoked"
+	case errors.Is(err, lock.ErrOwnershipLost):
+		reason = "taken_over"
+	}
+	m.held.WithLabelValues(id).Set(0)
+	m.losses.WithLabelValues(id, reason).Inc()
+}
+
+func (m *Metrics) released(id string) {
+	if m == nil {
+		return
+	}
+	m.held.WithLabelValues(id).Set(0)
+	m.releases.WithLabelValues(id).Inc()
+}
+
+// Instrument wraps store so that every request's latency and failure is recorded.
+func (m *Metrics) Instrument(store lock.Store) lock.Store {
+	return &instrumentedStore{inner: store, m: m}
+}
+
+type instrumentedStore struct {
+	inner lock.Store
+	m     *Metrics
+}
+
+func (s *instrumentedStore) observe(op string, start time.Time, err error) {
+	s.m.requests.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.m.storeErrors.WithLabelValues(op).Inc()
+	}
+}
+
+func (s *instrumentedStore) Load(ctx context.Context, id string, linearizable bool) (lock.Record, bool, error) {
+	op := "load"
+	if linearizable {
+		op = "serial_load"
+	}
+	start := time.Now()
+	rec, ok, err := s.inner.Load(ctx, id, linearizable)
+	s.observe(op, start, err)
+	return rec, ok, err
+}
+
+func (s *instrumentedStore) CompareAndSwap(ctx context.Context, id string, prev, next lock.Record) (bool, lock.Record, bool, error) {
+	start := time.Now()
+	applied, cur, ok, err := s.inner.CompareAndSwap(ctx, id, prev, next)
+	s.observe("cas", start, err)
+	return applied, cur, ok, err
+}
+
+func (s *instrumentedStore) Enqueue(ctx context.Context, id string, e lock.QueueEntry, ttl time.Duration) error {
+	start := time.Now()
+	err := s.inner.Enqueue(ctx, id, e, ttl)
+	s.observe("enqueue", start, err)
+	return err
+}
+
+func (s *instrumentedStore) Dequeue(ctx context.Context, id string, e lock.QueueEntry) error {
+	start := time.Now()
+	err := s.inner.Dequeue(ctx, id, e)
+	s.observe("dequeue", start, err)
+	return err
+}
+
+func (s *instrumentedStore) Queue(ctx context.Context, id string, limit int) ([]lock.QueueEntry, error) {
+	start := time.Now()
+	q, err := s.inner.Queue(ctx, id, limit)
+	s.observe("queue", start, err)
+	return q, err
+}
+
+// serveMetrics serves /metrics on the loopback address addr until ctx ends.
+func serveMetrics(ctx context.Context, addr string, m *Metrics) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("sidecar: %s is %q: give a loopback address such as %s", name("metrics-addr"), addr, DefaultMetricsAddr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: %s: %w", name("metrics-addr"), err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	context.AfterFunc(ctx, func() { srv.Close() })
+	return ln, nil
+}

@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	cassandra.Stop()
+	kube.Stop()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

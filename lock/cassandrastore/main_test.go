@@ -74,7 +74,9 @@ func newLocker(t testing.TB, store lock.Store, name string, opts ...lock.Option)
 		t.Fatal(err)
 	}
 	base := []lock.Option{
-		lock.WithLease(testLease), lock.WithPollInterval(50 * time.Millisecond),
+		// A wider safety margin than the default tenth keeps timing assertions steady on a loaded
+		// two-core machine: it is the slack between self-fencing and the earliest takeover.
+		lock.WithLease(testLease), lock.WithSafetyMargin(testLease / 5), lock.WithPollInterval(50 * time.Millisecond),
 		lock.WithWaiterPollInterval(500 * time.Millisecond), lock.WithQueueEntryTTL(3 * time.Second),
 	}
 	l, err := lock.New(store, owner, append(base, opts...)...)

@@ -1,0 +1,248 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Exit codes of the baton CLI.
+const (
+	ExitOK       = 0
+	ExitFailure  = 1  // the command failed (timeout, sidecar or Cassandra unreachable)
+	ExitUsage    = 2  // the command line is wrong; the message says how to fix it
+	ExitTempFail = 75 // EX_TEMPFAIL: run could not get the lock, or lost it while CMD ran
+)
+
+// DefaultSocketPath is where the sidecar serves its API when neither --socket nor BATON_SOCKET
+// says otherwise.
+const DefaultSocketPath = "/var/run/baton/baton.sock"
+
+// Defaults of the durations.
+const (
+	DefaultTimeout = 5 * time.Minute  // wait --timeout
+	DefaultWait    = 5 * time.Minute  // run --wait with a sidecar
+	DefaultGrace   = 10 * time.Second // run --grace
+	// defaultPoll is how often wait and run re-read the sidecar's state besides listening to its
+	// event stream: a slow fallback for events sent before the stream was subscribed.
+	defaultPoll = 2 * time.Second
+)
+
+// Main runs the baton CLI with args (without the program name) and returns the exit code. env
+// reads environment variables (os.Getenv); CMD started by run inherits the process environment
+// (os.Environ) plus BATON_TOKEN and BATON_LOCK. Cancelling ctx stops waiting, and stops a running
+// CMD as a lost lock would (SIGTERM, then SIGKILL after --grace). Main never calls os.Exit.
+func Main(ctx context.Context, args []string, env func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return MainWithSignals(ctx, nil, args, env, stdin, stdout, stderr)
+}
+
+// MainWithSignals is Main with the signals the process receives (SIGINT and SIGTERM, from
+// signal.Notify). While run supervises CMD, each signal is forwarded to CMD and run exits with
+// CMD's exit code; at any other time the first signal stops the command, which exits with
+// 128+signal. sigs may be nil.
+func MainWithSignals(ctx context.Context, sigs <-chan os.Signal, args []string, env func(string) string,
+	stdin io.Reader, stdout, stderr io.Writer) int {
+	p := newProgram(env, stdin, stdout, stderr)
+	return p.main(ctx, sigs, args)
+}
+
+// program is one invocation of the CLI.
+type program struct {
+	env            func(string) string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	poll           time.Duration // fallback re-read of the sidecar's state
+	pid            int           // in the owner identity host/<hostname>/<pid> (direct mode)
+	signals        *signalRouter
+}
+
+func newProgram(env func(string) string, stdin io.Reader, stdout, stderr io.Writer) *program {
+	if env == nil {
+		env = func(string) string { return "" }
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	return &program{env: env, stdin: stdin, stdout: stdout, stderr: stderr, poll: defaultPoll, pid: os.Getpid()}
+}
+
+func (p *program) main(ctx context.Context, sigs <-chan os.Signal, args []string) int {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	p.signals = &signalRouter{cancel: cancel}
+	if sigs != nil {
+		go p.signals.loop(ctx, sigs)
+	}
+	code, err := p.dispatch(ctx, args)
+	if err == nil {
+		return code
+	}
+	var ue *usageError
+	var ie *interruptedError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(p.stderr, "baton: %s\n", ue.msg)
+		if ue.cmd != "" {
+			fmt.Fprintf(p.stderr, "Run 'baton help %s' for usage.\n", ue.cmd)
+		} else {
+			fmt.Fprintln(p.stderr, "Run 'baton help' for usage.")
+		}
+		return ExitUsage
+	case errors.As(context.Cause(ctx), &ie):
+		// A signal stopped baton before CMD ran (or CMD exited because of it).
+		fmt.Fprintf(p.stderr, "baton: %v\n", ie)
+		if code == ExitOK || code == ExitFailure {
+			code = 128 + signalNumber(ie.sig)
+		}
+		return code
+	}
+	fmt.Fprintf(p.stderr, "baton: %v\n", err)
+	if code == ExitOK {
+		code = ExitFailure
+	}
+	return code
+}
+
+// dispatch runs one subcommand. It returns the exit code, and an error to print (a *usageError
+// exits 2).
+func (p *program) dispatch(ctx context.Context, args []string) (int, error) {
+	if len(args) == 0 {
+		usage(p.stderr, "")
+		return ExitUsage, nil
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "help", "-h", "-help", "--help":
+		topic := ""
+		if len(rest) > 0 {
+			topic = rest[0]
+			if _, ok := commandUsage[topic]; !ok {
+				return 0, usagef("", "no help for %q: the commands are status, wait and run", topic)
+			}
+		}
+		usage(p.stdout, topic)
+		return ExitOK, nil
+	case "status", "wait", "run":
+		run := map[string]func(context.Context, []string) (int, error){
+			"status": p.status, "wait": p.wait, "run": p.run}[cmd]
+		code, err := run(ctx, rest)
+		if errors.Is(err, errHelp) {
+			usage(p.stdout, cmd)
+			return ExitOK, nil
+		}
+		return code, err
+	default:
+		if strings.HasPrefix(cmd, "-") {
+			return 0, usagef("", "flag %s before the command: write baton COMMAND [flags], e.g. baton status --json", cmd)
+		}
+		return 0, usagef("", "unknown command %q: the commands are status, wait and run", cmd)
+	}
+}
+
+// usageError is a wrong command line; it exits 2.
+type usageError struct {
+	cmd string // subcommand whose usage to point at, "" for the top level
+	msg string
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(cmd, format string, args ...any) error {
+	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, args...)}
+}
+
+// interruptedError is the cancellation cause when baton got a signal while no CMD ran.
+type interruptedError struct{ sig os.Signal }
+
+func (e *interruptedError) Error() string { return "interrupted by " + e.sig.String() }
+
+func signalNumber(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return int(syscall.SIGTERM)
+}
+
+const topUsage = `baton: wait for, inspect and run commands under baton's distributed locks.
+
+Usage:
+  baton status [--socket PATH] [--json]
+  baton wait   [--socket PATH] [--lock ID] [--timeout 5m]
+  baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
+  baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
+               [--create-schema] [--grace 10s] -- CMD [ARGS...]
+  baton help [COMMAND]
+
+In a pod annotated with baton.dev/lock, status, wait and run talk to the baton sidecar over its
+unix socket (--socket, env BATON_SOCKET, default /var/run/baton/baton.sock). Outside Kubernetes,
+run takes the lock itself in Cassandra when given --cassandra-hosts (env BATON_CASSANDRA_HOSTS).
+
+Exit codes: 0 ok, 1 failure or wait timed out, 2 usage error, 75 run could not get or lost the
+lock; otherwise run exits with CMD's code (128+N if CMD was killed by signal N).
+`
+
+var commandUsage = map[string]string{
+	"status": `Usage: baton status [--socket PATH] [--json]
+
+Prints the locks of this pod's sidecar: LOCK, STATE, TOKEN, HOLDER, POSITION (in the queue, while
+waiting) and LEASE LEFT (while held).
+
+Flags:
+  --socket PATH   the sidecar's API socket (env BATON_SOCKET, default /var/run/baton/baton.sock)
+  --json          print {"locks":[...]} as the API returns it
+`,
+	"wait": `Usage: baton wait [--socket PATH] [--lock ID] [--timeout 5m]
+
+Blocks until the sidecar holds the lock (every declared lock without --lock) and prints one line
+per lock, e.g. "orders token 7". Exits 0 when held, 1 when --timeout passed first.
+
+Flags:
+  --socket PATH     the sidecar's API socket (env BATON_SOCKET, default /var/run/baton/baton.sock)
+  --lock ID         the lock to wait for; may be repeated (default: every declared lock)
+  --timeout DUR     how long to wait, e.g. 30s or 5m; 0 checks once (default 5m)
+`,
+	"run": `Usage: baton run [flags] -- CMD [ARGS...]
+
+Runs CMD while holding a lock, with BATON_TOKEN=<fencing token> and BATON_LOCK=<lock ID> added to
+its environment. Stdin, stdout and stderr are passed through, SIGINT and SIGTERM are forwarded.
+If the lock is lost while CMD runs, CMD gets SIGTERM, then SIGKILL after --grace, and baton exits
+75. Otherwise baton releases the lock (if it acquired it) and exits with CMD's exit code.
+
+With a sidecar (the default): a Try-mode lock is acquired through the sidecar's API, waiting up to
+--wait; a Blocking-mode lock is waited for until the sidecar holds it.
+
+Without Kubernetes (--cassandra-hosts given): baton takes the lock in Cassandra itself as owner
+host/<hostname>/<pid>, like flock(1) for a cluster. --lock is required, --wait defaults to 0 (try
+once: exit 75 if the lock is held).
+
+Flags:
+  --socket PATH            the sidecar's API socket (env BATON_SOCKET, default /var/run/baton/baton.sock)
+  --lock ID                the lock to hold (with a sidecar: default the only declared lock)
+  --wait DUR               how long to wait for the lock; 0 tries once (default 5m with a sidecar,
+                           0 with --cassandra-hosts)
+  --grace DUR              time between SIGTERM and SIGKILL when the lock is lost (default 10s)
+  --cassandra-hosts HOSTS  comma-separated Cassandra contact points, host or host:port
+                           (env BATON_CASSANDRA_HOSTS); selects the mode without a sidecar
+  --keyspace NAME          keyspace holding baton's tables (env BATON_CASSANDRA_KEYSPACE, default baton)
+  --lease DUR              lease duration in Cassandra; failover after a crash takes about one lease
+                           (default 15s, 1s to 1h)
+  --create-schema          create the keyspace and tables first if they do not exist
+  --verbose                log the lock's progress to stderr
+`,
+}
+
+// usage prints the usage of topic ("" for the overview).
+func usage(w io.Writer, topic string) {
+	if topic == "" {
+		fmt.Fprint(w, topUsage)
+		return
+	}
+	fmt.Fprint(w, commandUsage[topic])
+}

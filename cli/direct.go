@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+)
+
+// Bounds of the Cassandra work around the lock in direct mode.
+const (
+	cassandraTimeout = 5 * time.Second // per request, and connecting
+	schemaTimeout    = 2 * time.Minute // EnsureSchema
+	closeTimeout     = 5 * time.Second // CloseSession
+	releaseTimeout   = 10 * time.Second
+)
+
+// runDirect runs CMD under a lock taken in Cassandra by this process, without a sidecar.
+func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
+	log := logr.Discard()
+	if o.verbose {
+		log = funcr.New(func(prefix, args string) {
+			fmt.Fprintf(p.stderr, "baton: %s %s\n", prefix, args)
+		}, funcr.Options{Verbosity: 1})
+	}
+	cc := gocql.NewCluster(o.hosts...)
+	cc.Timeout, cc.ConnectTimeout = cassandraTimeout, cassandraTimeout
+	cc.Consistency = gocql.Quorum
+	session, err := cc.CreateSession()
+	if err != nil {
+		return ExitFailure, fmt.Errorf("cannot connect to Cassandra at %s: %w; check --cassandra-hosts (BATON_CASSANDRA_HOSTS)",
+			strings.Join(o.hosts, ","), err)
+	}
+	defer func() {
+		if !cassandrastore.CloseSession(session, closeTimeout) {
+			log.Info("closing the Cassandra session timed out; exiting anyway")
+		}
+	}()
+	if o.createSchema {
+		sctx, cancel := context.WithTimeout(ctx, schemaTimeout)
+		err := cassandrastore.EnsureSchema(sctx, session, o.keyspace, "")
+		cancel()
+		if err != nil {
+			return ExitFailure, fmt.Errorf("creating baton's schema in keyspace %q: %w", o.keyspace, err)
+		}
+	}
+	store, err := cassandrastore.New(ctx, session, cassandrastore.WithKeyspace(o.keyspace))
+	if err != nil {
+		if errors.Is(err, cassandrastore.ErrSchema) {
+			return ExitFailure, fmt.Errorf("%w; create it once with --create-schema, or check --keyspace (BATON_CASSANDRA_KEYSPACE)", err)
+		}
+		return ExitFailure, fmt.Errorf("opening the lock store in keyspace %q: %w", o.keyspace, err)
+	}
+	owner, err := lock.NewOwner(fmt.Sprintf("host/%s/%d", hostname(), p.pid))
+	if err != nil {
+		return ExitFailure, fmt.Errorf("making the owner identity: %w", err)
+	}
+	locker, err := lock.New(store, owner, lock.WithLease(o.lease), lock.WithLogger(log))
+	if err != nil {
+		return 0, usagef("run", "%v", err)
+	}
+
+	// 1. Acquire: one try with --wait 0, else wait in the queue up to --wait.
+	var lease *lock.Lease
+	if o.wait == 0 {
+		lease, err = locker.TryAcquire(ctx, o.lockID)
+	} else {
+		actx, cancel := context.WithTimeout(ctx, o.wait)
+		lease, err = locker.Acquire(actx, o.lockID)
+		cancel()
+	}
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return ExitFailure, context.Cause(ctx)
+		case errors.Is(err, lock.ErrLocked) || errors.Is(err, context.DeadlineExceeded):
+			after := ""
+			if o.wait > 0 {
+				after = fmt.Sprintf(" after waiting %v", o.wait)
+			}
+			return ExitTempFail, fmt.Errorf("lock %q held by %s%s; not running %s (retry later or give a longer --wait)",
+				o.lockID, holderOf(ctx, store, o.lockID), after, o.argv[0])
+		}
+		return ExitFailure, fmt.Errorf("acquiring lock %q: %w", o.lockID, err)
+	}
+	log.Info("lock held", "lock", o.lockID, "token", lease.Token(), "owner", owner.String())
+
+	// 2. Run CMD until it exits or the lease ends.
+	lost := make(chan error, 1)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-lease.Done():
+			lost <- lease.Err()
+		case <-stop:
+		}
+	}()
+	res, err := p.supervise(ctx, childSpec{argv: o.argv, grace: o.grace, env: []string{
+		fmt.Sprintf("BATON_TOKEN=%d", lease.Token()), "BATON_LOCK=" + o.lockID}}, lost)
+	close(stop)
+	<-watched
+
+	// 3. Release (a lost lease releases without error).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if rerr := lease.Release(rctx); rerr != nil {
+		fmt.Fprintf(p.stderr, "baton: releasing lock %q: %v (it is freed when the lease of %v ends)\n", o.lockID, rerr, o.lease)
+	}
+	switch {
+	case err != nil:
+		return res.code, err
+	case res.lost != nil:
+		return ExitTempFail, fmt.Errorf("lost lock %q (token %d) while %s ran: %v; %s", o.lockID, lease.Token(),
+			o.argv[0], res.lost, stopMessage(o.argv[0], res, o.grace))
+	case res.stopped && ctx.Err() != nil:
+		return res.code, context.Cause(ctx)
+	}
+	return res.code, nil
+}
+
+// holderOf names the current holder of lockID for messages, best effort.
+func holderOf(ctx context.Context, store lock.Store, lockID string) string {
+	ictx, cancel := context.WithTimeout(ctx, cassandraTimeout)
+	defer cancel()
+	st, err := lock.Inspect(ictx, store, lockID)
+	switch {
+	case err != nil:
+		return "another owner"
+	case st.Record.Held():
+		who := st.Record.Owner
+		if o, err := lock.ParseOwner(who); err == nil {
+			who = o.Identity
+		}
+		return fmt.Sprintf("%s (token %d)", who, st.Record.Token)
+	case len(st.Queue) > 0:
+		return fmt.Sprintf("nobody, but %d waiter(s) are queued ahead", len(st.Queue))
+	}
+	return "another owner (it was just released: retry)"
+}

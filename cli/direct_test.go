@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+)
+
+const testKeyspace = "baton_cli_test"
+
+var schemaOnce sync.Once
+
+// directArgs returns the flags of a direct-mode run against the test cluster; the first run of
+// the binary creates the schema.
+func directArgs(t *testing.T, lockID string, extra ...string) []string {
+	t.Helper()
+	hosts := strings.Join(single.Cluster(t).Hosts(), ",")
+	args := []string{"run", "--cassandra-hosts", hosts, "--keyspace", testKeyspace, "--lease", "3s", "--lock", lockID}
+	schemaOnce.Do(func() { args = append(args, "--create-schema") })
+	return append(args, extra...)
+}
+
+// token parses the fencing token a child printed.
+func token(t *testing.T, inv *invocation) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(strings.TrimSpace(inv.stdout.String()), 10, 64)
+	if err != nil {
+		t.Fatalf("child printed %q, want a token; stderr: %s", inv.stdout.String(), inv.stderr.String())
+	}
+	return n
+}
+
+func TestDirectRunIsExclusiveAndTokensGrow(t *testing.T) {
+	lockID := fmt.Sprintf("cli-exclusive-%d", time.Now().UnixNano())
+
+	// 1. The first run holds the lock until the test closes its stdin.
+	stdin, hold := io.Pipe()
+	first := start(t, &invocation{pid: 1001, stdin: stdin,
+		args: directArgs(t, lockID, "--wait", "0", "--", "sh", "-c", `echo "$BATON_TOKEN"; read x || true`)})
+	eventually(t, time.Minute, func() bool {
+		select {
+		case <-first.done:
+			t.Fatalf("first run exited %d: %s", first.code, first.stderr.String())
+		default:
+		}
+		return strings.HasSuffix(first.stdout.String(), "\n")
+	}, "the first run to hold the lock")
+	tok1 := token(t, first)
+
+	// 2. A second run with --wait 0 gives up with 75 and names the holder.
+	second := runCLI(t, &invocation{pid: 1002, args: directArgs(t, lockID, "--wait", "0", "--", "sh", "-c", `echo "$BATON_TOKEN"`)})
+	if second.code != ExitTempFail {
+		t.Fatalf("second run: exit %d, want 75; stderr: %s", second.code, second.stderr.String())
+	}
+	wantHolder := fmt.Sprintf("lock %q held by host/%s/1001 (token %d)", lockID, hostname(), tok1)
+	if !strings.Contains(second.stderr.String(), wantHolder) {
+		t.Errorf("second run stderr = %q, want it to contain %q", second.stderr.String(), wantHolder)
+	}
+	if second.stdout.String() != "" {
+		t.Errorf("second run's child ran: %q", second.stdout.String())
+	}
+
+	// 3. A third run that may wait gets the lock once the first child exits and releases it.
+	third := start(t, &invocation{pid: 1003, args: directArgs(t, lockID, "--wait", "1m", "--", "sh", "-c", `echo "$BATON_TOKEN"; exit 4`)})
+	if err := hold.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if code := first.wait(t, time.Minute); code != 0 {
+		t.Fatalf("first run: exit %d, stderr: %s", code, first.stderr.String())
+	}
+	if code := third.wait(t, time.Minute); code != 4 {
+		t.Fatalf("third run: exit %d, want the child's 4; stderr: %s", code, third.stderr.String())
+	}
+	if tok3 := token(t, third); tok3 <= tok1 {
+		t.Errorf("token did not grow: first %d, third %d", tok1, tok3)
+	}
+
+	// 4. And a plain try afterwards still gets a larger token.
+	fourth := runCLI(t, &invocation{pid: 1004, args: directArgs(t, lockID, "--", "sh", "-c", `echo "$BATON_TOKEN"`)})
+	if fourth.code != 0 {
+		t.Fatalf("fourth run: exit %d, stderr: %s", fourth.code, fourth.stderr.String())
+	}
+	if tok4, tok3 := token(t, fourth), token(t, third); tok4 <= tok3 {
+		t.Errorf("token did not grow: third %d, fourth %d", tok3, tok4)
+	}
+}
+
+func TestDirectRunStopsChildWhenLeaseEnds(t *testing.T) {
+	// An operator revokes the grant; the lease learns it at its next renewal and ends, and baton
+	// stops the child and exits 75.
+	lockID := fmt.Sprintf("cli-revoked-%d", time.Now().UnixNano())
+	inv := start(t, &invocation{pid: 2001, args: directArgs(t, lockID, "--grace", "5s", "--",
+		"sh", "-c", `echo "$BATON_TOKEN"; exec sleep 30`)})
+	eventually(t, time.Minute, func() bool {
+		select {
+		case <-inv.done:
+			t.Fatalf("run exited %d: %s", inv.code, inv.stderr.String())
+		default:
+		}
+		return strings.HasSuffix(inv.stdout.String(), "\n")
+	}, "the run to hold the lock")
+	tok := token(t, inv)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := cassandrastore.New(ctx, single.Session(t), cassandrastore.WithKeyspace(testKeyspace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	if err := lock.Revoke(ctx, store, lockID, tok); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	if code := inv.wait(t, 30*time.Second); code != ExitTempFail {
+		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
+	}
+	if el := time.Since(revoked); el > 10*time.Second {
+		t.Errorf("child stopped %v after the revocation; the lease is 3s", el)
+	}
+	want := fmt.Sprintf("lost lock %q (token %d) while sh ran: lock: grant revoked", lockID, tok)
+	if !strings.Contains(inv.stderr.String(), want) {
+		t.Errorf("stderr = %q, want it to contain %q", inv.stderr.String(), want)
+	}
+}
+
+func TestDirectRunUnreachableCassandra(t *testing.T) {
+	inv := runCLI(t, &invocation{args: []string{"run", "--cassandra-hosts", "127.0.0.1:1", "--lock", "x", "--", "true"}})
+	if inv.code != ExitFailure || !strings.Contains(inv.stderr.String(), "cannot connect to Cassandra at 127.0.0.1:1") {
+		t.Errorf("exit %d, stderr %q", inv.code, inv.stderr.String())
+	}
+}

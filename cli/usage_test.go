@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestUsageErrors(t *testing.T) {
+	notSocket := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notSocket, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "none.sock")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no command", nil, nil, "Usage:"},
+		{"unknown command", []string{"frob"}, nil, `unknown command "frob": the commands are status, wait and run`},
+		{"flag before command", []string{"--json", "status"}, nil, "flag --json before the command"},
+		{"unknown flag", []string{"status", "--color"}, nil, "flag provided but not defined: --color"},
+		{"status argument", []string{"status", "extra"}, nil, `unexpected argument "extra"`},
+		{"help unknown topic", []string{"help", "frob"}, nil, `no help for "frob"`},
+		{"bad timeout", []string{"wait", "--timeout", "soon"}, nil, `invalid value "soon" for flag --timeout: want a duration such as 30s`},
+		{"negative wait", []string{"run", "--wait", "-1s", "--", "true"}, nil, "want a duration of 0 or more"},
+		{"bad grace", []string{"run", "--grace", "10", "--", "true"}, nil, `invalid value "10" for flag --grace`},
+		{"missing --", []string{"run", "--lock", "orders", "sh", "-c", "true"}, nil,
+			`missing -- before the command "sh": write baton run [flags] -- sh -c true`},
+		{"nothing after --", []string{"run", "--lock", "orders", "--"}, nil, "no command to run"},
+		{"wait takes no command", []string{"wait", "--", "true"}, nil, "baton wait takes no command after --"},
+		{"bad lock ID", []string{"run", "--lock", "a b", "--", "true"}, nil, `--lock "a b"`},
+		{"direct mode without --lock", []string{"run", "--cassandra-hosts", "127.0.0.1", "--", "true"}, nil,
+			"--lock is required with --cassandra-hosts"},
+		{"direct mode from env without --lock", []string{"run", "--", "true"},
+			map[string]string{"BATON_CASSANDRA_HOSTS": "127.0.0.1"}, "--lock is required with --cassandra-hosts"},
+		{"lease out of range", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--lease", "2h", "--", "true"}, nil,
+			"--lease is 2h0m0s: give a duration from 1s to 1h0m0s"},
+		{"lease without hosts", []string{"run", "--socket", missing, "--lease", "5s", "--", "true"}, nil,
+			"--lease applies only without a sidecar: give --cassandra-hosts"},
+		{"run without socket", []string{"run", "--socket", missing, "--", "true"}, nil,
+			"no sidecar socket at " + missing + ": is the pod annotated with baton.dev/lock? For use outside Kubernetes give --cassandra-hosts"},
+		{"status socket from env", []string{"status"}, map[string]string{"BATON_SOCKET": missing},
+			"no sidecar socket at " + missing},
+		{"wait on a file", []string{"wait", "--socket", notSocket}, nil, notSocket + " is not a socket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := runCLI(t, &invocation{args: tc.args, env: tc.env})
+			if inv.code != ExitUsage {
+				t.Fatalf("exit %d, want 2; stderr: %s", inv.code, inv.stderr.String())
+			}
+			if got := inv.stderr.String(); !strings.Contains(got, tc.want) {
+				t.Errorf("stderr = %q\nwant it to contain %q", got, tc.want)
+			}
+			if inv.stdout.String() != "" {
+				t.Errorf("stdout = %q, want nothing on a usage error", inv.stdout.String())
+			}
+		})
+	}
+}
+
+func TestUsageUnknownLock(t *testing.T) {
+	f := &fakeService{t: t, events: true}
+	f.staticLocks(waitOrders, idleReport)
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"wait", "--socket", sock, "--lock", "nope"}})
+	if inv.code != ExitUsage || !strings.Contains(inv.stderr.String(), `lock "nope" is not declared for this pod (declared: orders, report)`) {
+		t.Errorf("exit %d, stderr %q", inv.code, inv.stderr.String())
+	}
+	// run without --lock needs exactly one declared lock.
+	inv = runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--", "true"}})
+	if inv.code != ExitUsage || !strings.Contains(inv.stderr.String(), "--lock is required: the pod declares 2 locks (orders, report)") {
+		t.Errorf("exit %d, stderr %q", inv.code, inv.stderr.String())
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"help", "run"}, {"run", "-h"}, {"status", "--help"}, {"wait", "-h"}} {
+		inv := runCLI(t, &invocation{args: args})
+		if inv.code != 0 || !strings.Contains(inv.stdout.String(), "Usage") || inv.stderr.String() != "" {
+			t.Errorf("baton %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), inv.code, inv.stdout.String(), inv.stderr.String())
+		}
+	}
+}

@@ -151,3 +151,56 @@ func TestGateRoleLabel(t *testing.T) {
 	eventually(t, "pod b labelled holder", 10*time.Second, func() bool { return label("b") == RoleHolder })
 	eventually(t, "pod a labelled standby", 10*time.Second, func() bool { return label("a") == RoleStandby })
 }
+
+// TestUnreachableAPIServerDoesNotDelayFencing: with the API server unreachable, the gate cannot
+// report anything, yet the holder still reports the loss of its lock before the lease ends.
+func TestUnreachableAPIServerDoesNotDelayFencing(t *testing.T) {
+	client, err := KubeClient(writeDeadKubeconfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := memstore.New()
+	o := testOptions(t, "a", ModeBlocking, "orders")
+	store := mem.Client(1, memstore.Faults{})
+	h, err := NewHolder(o, store, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go NewGate(client, o, h, logr.Discard()).Run(ctx)
+	events, stop := h.Subscribe()
+	defer stop()
+	h.Start(ctx)
+	if e := <-events; e.Type != "acquired" {
+		t.Fatalf("%+v", e)
+	}
+	cutAt := time.Now()
+	store.Partition(time.Minute)
+	select {
+	case e := <-events:
+		if e.Type != "lost" {
+			t.Fatalf("%+v", e)
+		}
+		if took := time.Since(cutAt); took > o.Lease {
+			t.Fatalf("loss reported %v after the store was cut off, later than one lease", took)
+		}
+		if h.Ready() {
+			t.Fatal("still ready after the loss")
+		}
+	case <-time.After(2 * o.Lease):
+		t.Fatal("no loss reported while the API server was unreachable")
+	}
+}
+
+// writeDeadKubeconfig writes a kubeconfig pointing at a closed loopback port.
+func writeDeadKubeconfig(t *testing.T) string {
+	t.Helper()
+	path := t.TempDir() + "/kubeconfig"
+	cfg := "apiVersion: v1\nkind: Config\nclusters:\n- name: dead\n  cluster:\n    server: https://127.0.0.1:1\n" +
+		"contexts:\n- name: dead\n  context:\n    cluster: dead\n    user: dead\nusers:\n- name: dead\n  user:\n    token: x\ncurrent-context: dead\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -27,6 +27,13 @@ type Kube struct {
 // NewKube describes the control plane; nothing starts until a test asks for it.
 func NewKube() *Kube { return &Kube{env: &envtest.Environment{}} }
 
+// NewKubeWithCRDs is NewKube with the CustomResourceDefinitions in the given files or directories
+// installed (and established) when the control plane starts. A missing path is an error, so a
+// mistyped path fails the start instead of silently testing without the CRDs.
+func NewKubeWithCRDs(paths ...string) *Kube {
+	return &Kube{env: &envtest.Environment{CRDDirectoryPaths: paths, ErrorIfCRDPathMissing: true}}
+}
+
 // Config returns the admin REST config, starting the control plane on first use. It fails the
 // test under CI when the control plane cannot start, and skips it elsewhere.
 func (k *Kube) Config(t testing.TB) *rest.Config {

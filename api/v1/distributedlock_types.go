@@ -1,0 +1,372 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Limits and defaults of a DistributedLock. The CRD enforces them through the markers below (which
+// cannot refer to these constants); a test checks that the two agree, and that they agree with the
+// sidecar and the lock package.
+const (
+	// MaxLockIDs is the most lock IDs one DistributedLock may declare.
+	MaxLockIDs = 16
+	// MaxLockIDLength is the longest lock ID, in characters.
+	MaxLockIDLength = 63
+	// LockIDPattern is what a lock ID may look like: letters, digits, '.', '_' and '-', beginning
+	// and ending with a letter or digit. It is the rule the sidecar enforces.
+	LockIDPattern = `^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,61}[a-zA-Z0-9])?$`
+	// DefaultLeaseDuration is the lease when spec.leaseDuration is not set.
+	DefaultLeaseDuration = "15s"
+	// MinLeaseDuration and MaxLeaseDuration bound spec.leaseDuration.
+	MinLeaseDuration = "1s"
+	MaxLeaseDuration = "1h"
+)
+
+// LockMode says when a pod's sidecar acquires its locks.
+// +kubebuilder:validation:Enum=Blocking;Try
+type LockMode string
+
+const (
+	// ModeBlocking: the sidecar acquires every lock at start and holds it for the pod's life; a
+	// startup probe keeps the app from starting before the locks are held.
+	ModeBlocking LockMode = "Blocking"
+	// ModeTry: the sidecar acquires a lock only when the app asks, and the ask returns at once
+	// with held or not held.
+	ModeTry LockMode = "Try"
+)
+
+// TrafficPolicy says how Service traffic follows the lock holder.
+// +kubebuilder:validation:Enum=ReadinessGate;Label;None
+type TrafficPolicy string
+
+const (
+	// TrafficReadinessGate: the pod gets the readiness gate baton.dev/lock-held, which the
+	// sidecar sets true only while it holds the locks, so only the holder is Ready and receives
+	// Service traffic. Standbys stay NotReady, which can stall Deployment rollouts (see the
+	// RolloutSafe condition).
+	TrafficReadinessGate TrafficPolicy = "ReadinessGate"
+	// TrafficLabel: the sidecar labels its pod baton.dev/role=holder or standby; select
+	// baton.dev/role=holder in the Service. Pods stay Ready, so rollouts never stall.
+	TrafficLabel TrafficPolicy = "Label"
+	// TrafficNone: the lock does not affect readiness or labels.
+	TrafficNone TrafficPolicy = "None"
+)
+
+// LockScope says who shares a lock ID.
+// +kubebuilder:validation:Enum=Namespace;Global
+type LockScope string
+
+const (
+	// ScopeNamespace: a lock ID is shared only by pods in the DistributedLock's namespace; it is
+	// stored as <namespace>/<lockId>.
+	ScopeNamespace LockScope = "Namespace"
+	// ScopeGlobal: a lock ID is shared by every namespace and cluster that uses the same
+	// keyspace. The operator allows it only in namespaces on its allow-list.
+	ScopeGlobal LockScope = "Global"
+)
+
+// Consistency is the Cassandra consistency level of the commit phase of lock writes and of reads.
+// +kubebuilder:validation:Enum=QUORUM;LOCAL_QUORUM;EACH_QUORUM;ALL
+type Consistency string
+
+// The consistency levels a DistributedLock may ask for. Weaker levels (ONE, LOCAL_ONE, ...) cannot
+// keep lock reads in line with LWT writes and are not offered.
+const (
+	ConsistencyQuorum      Consistency = "QUORUM"
+	ConsistencyLocalQuorum Consistency = "LOCAL_QUORUM"
+	ConsistencyEachQuorum  Consistency = "EACH_QUORUM"
+	ConsistencyAll         Consistency = "ALL"
+)
+
+// SerialConsistency is the Cassandra consistency level of the Paxos phase of lightweight
+// transactions.
+// +kubebuilder:validation:Enum=SERIAL;LOCAL_SERIAL
+type SerialConsistency string
+
+// The serial consistency levels. LOCAL_SERIAL makes a lock local to one data center.
+const (
+	SerialConsistencySerial      SerialConsistency = "SERIAL"
+	SerialConsistencyLocalSerial SerialConsistency = "LOCAL_SERIAL"
+)
+
+// Condition types in DistributedLockStatus.Conditions.
+const (
+	// ConditionReady is True when the operator could read every lock of the DistributedLock from
+	// the store and the status reflects it; False with a reason otherwise.
+	ConditionReady = "Ready"
+	// ConditionStoreReachable is True when the operator reached the Cassandra lock store with
+	// this DistributedLock's connection settings at the last reconcile.
+	ConditionStoreReachable = "StoreReachable"
+	// ConditionRolloutSafe is False when a workload using this lock would stall its rollout under
+	// the ReadinessGate traffic policy (for example a Deployment whose maxUnavailable cannot
+	// absorb the NotReady standbys); the message names the setting that fixes it.
+	ConditionRolloutSafe = "RolloutSafe"
+)
+
+// DistributedLockSpec declares the locks a workload's pods hold and how they behave. Pods opt in
+// with the annotation baton.dev/lock: <name of this DistributedLock>.
+type DistributedLockSpec struct {
+	// lockIds are the IDs of the locks every pod using this DistributedLock holds, acquired in
+	// this order. 1 to 16 IDs, no repeats; each is 1 to 63 letters, digits, '.', '_' or '-',
+	// beginning and ending with a letter or digit.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,61}[a-zA-Z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y == x))",message="lockIds must not repeat an ID"
+	LockIDs []string `json:"lockIds"`
+
+	// mode says when the sidecar acquires the locks: Blocking (the default) acquires them at pod
+	// start and holds them, keeping the app from starting until they are held; Try acquires a
+	// lock only when the app asks, and returns at once if it is taken.
+	// +optional
+	// +kubebuilder:default=Blocking
+	Mode LockMode `json:"mode,omitempty"`
+
+	// leaseDuration is how long a grant lasts without renewal: the sidecar renews well before it
+	// ends and stops claiming the lock before it can end, and a crashed holder's lock passes on
+	// about one lease after its last renewal. A Go duration between 1s and 1h; default 15s.
+	// +optional
+	// +kubebuilder:default="15s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="leaseDuration must be a duration such as 15s, 1m30s or 1h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="leaseDuration must be between 1s and 1h"
+	LeaseDuration *metav1.Duration `json:"leaseDuration,omitempty"`
+
+	// trafficPolicy says how Service traffic follows the holder: ReadinessGate (the default) makes
+	// only the holder Ready; Label labels pods baton.dev/role=holder|standby for a Service selector
+	// and leaves them Ready; None changes neither.
+	// +optional
+	// +kubebuilder:default=ReadinessGate
+	TrafficPolicy TrafficPolicy `json:"trafficPolicy,omitempty"`
+
+	// scope says who shares the lock IDs: Namespace (the default) only pods in this namespace;
+	// Global every namespace and cluster using the same keyspace, allowed only in namespaces on
+	// the operator's allow-list.
+	// +optional
+	// +kubebuilder:default=Namespace
+	Scope LockScope `json:"scope,omitempty"`
+
+	// cassandra overrides the operator's default lock store connection, field by field: a field
+	// left out keeps the operator's value.
+	// +optional
+	Cassandra *CassandraConnection `json:"cassandra,omitempty"`
+}
+
+// CassandraConnection overrides the lock store connection. Every field is optional and falls back
+// to the operator's default. The CRD does not check that Secrets exist or that hosts resolve; the
+// StoreReachable condition reports that.
+// +kubebuilder:validation:XValidation:rule="!has(self.consistency) || self.consistency != 'LOCAL_QUORUM' || has(self.localDC)",message="consistency LOCAL_QUORUM needs cassandra.localDC"
+// +kubebuilder:validation:XValidation:rule="!has(self.serialConsistency) || self.serialConsistency != 'LOCAL_SERIAL' || has(self.localDC)",message="serialConsistency LOCAL_SERIAL needs cassandra.localDC"
+type CassandraConnection struct {
+	// contactPoints are Cassandra hosts to connect to first, each "host" or "host:port" (port
+	// 9042 when left out). At most 16.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=261
+	ContactPoints []string `json:"contactPoints,omitempty"`
+
+	// keyspace holds the lock tables: a letter, then up to 47 letters, digits or '_'. The
+	// operator's default is "baton". Pods that should share a lock must use the same keyspace.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`
+	Keyspace string `json:"keyspace,omitempty"`
+
+	// localDC is the Cassandra data center the sidecar prefers; required by LOCAL_QUORUM and
+	// LOCAL_SERIAL.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	LocalDC string `json:"localDC,omitempty"`
+
+	// consistency is the consistency level of lock reads and of the commit of lock writes: QUORUM,
+	// LOCAL_QUORUM (needs localDC), EACH_QUORUM or ALL.
+	// +optional
+	Consistency Consistency `json:"consistency,omitempty"`
+
+	// serialConsistency is the consistency level of the Paxos phase of lock writes: SERIAL, or
+	// LOCAL_SERIAL (needs localDC; the lock is then only exclusive within that data center).
+	// +optional
+	SerialConsistency SerialConsistency `json:"serialConsistency,omitempty"`
+
+	// credentialsSecretRef names a Secret in the DistributedLock's namespace holding the Cassandra
+	// username and password.
+	// +optional
+	CredentialsSecretRef *CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
+
+	// tlsSecretRef names a Secret in the DistributedLock's namespace holding the CA that signs the
+	// Cassandra server certificates and, for mutual TLS, a client certificate and key. TLS is on
+	// when it is set.
+	// +optional
+	TLSSecretRef *TLSSecretRef `json:"tlsSecretRef,omitempty"`
+}
+
+// CredentialsSecretRef names a Secret and the keys in it that hold Cassandra credentials.
+type CredentialsSecretRef struct {
+	// name of the Secret, in the DistributedLock's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// usernameKey is the key holding the username; default "username".
+	// +optional
+	// +kubebuilder:default=username
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	UsernameKey string `json:"usernameKey,omitempty"`
+
+	// passwordKey is the key holding the password; default "password".
+	// +optional
+	// +kubebuilder:default=password
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	PasswordKey string `json:"passwordKey,omitempty"`
+}
+
+// TLSSecretRef names a Secret and the keys in it that hold TLS material for Cassandra. A client
+// certificate is used only when the Secret holds both certKey and keyKey.
+type TLSSecretRef struct {
+	// name of the Secret, in the DistributedLock's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// caKey is the key holding the PEM CA bundle that verifies the servers; default "ca.crt".
+	// +optional
+	// +kubebuilder:default="ca.crt"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	CAKey string `json:"caKey,omitempty"`
+
+	// certKey is the key holding the PEM client certificate; default "tls.crt".
+	// +optional
+	// +kubebuilder:default="tls.crt"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	CertKey string `json:"certKey,omitempty"`
+
+	// keyKey is the key holding the PEM client private key; default "tls.key".
+	// +optional
+	// +kubebuilder:default="tls.key"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	KeyKey string `json:"keyKey,omitempty"`
+}
+
+// LockStatus is what the lock store said about one lock ID at the last reconcile. It is a
+// snapshot: the holder may have changed since, and only the fencing token, checked by the
+// protected resource, is authoritative.
+type LockStatus struct {
+	// lockId is the lock ID from spec.lockIds.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	LockID string `json:"lockId"`
+
+	// holder is the name of the pod holding the lock; empty when nobody holds it.
+	// +optional
+	Holder string `json:"holder,omitempty"`
+
+	// holderNamespace is the namespace of the holder pod; with scope Global it may differ from the
+	// DistributedLock's namespace, or name a pod in another cluster.
+	// +optional
+	HolderNamespace string `json:"holderNamespace,omitempty"`
+
+	// token is the fencing token of the current (or, when nobody holds the lock, the last) grant.
+	// It grows with every grant and never resets; 0 means the lock was never granted.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Token int64 `json:"token,omitempty"`
+
+	// acquiredTime is when the current holder was granted the lock, as seen by the operator.
+	// +optional
+	AcquiredTime *metav1.Time `json:"acquiredTime,omitempty"`
+
+	// waiting is the number of contenders queued for the lock, not counting the holder.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Waiting int32 `json:"waiting,omitempty"`
+
+	// transitions counts the holder changes the operator has observed since it started tracking
+	// this lock. It may miss changes that happened between two reconciles.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Transitions int64 `json:"transitions,omitempty"`
+}
+
+// DistributedLockStatus is the state the operator last observed. Nothing reads it to make a
+// locking decision; it is for people and tools.
+type DistributedLockStatus struct {
+	// observedGeneration is the metadata.generation of the spec this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// locks holds one entry per lock ID in spec.lockIds.
+	// +optional
+	// +listType=map
+	// +listMapKey=lockId
+	// +kubebuilder:validation:MaxItems=16
+	Locks []LockStatus `json:"locks,omitempty"`
+
+	// conditions are Ready, StoreReachable and RolloutSafe (see the Condition* constants).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// DistributedLock declares a set of Cassandra-backed locks that the pods annotated with
+// baton.dev/lock: <name> hold through the baton sidecar, and reports who holds them.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=dlock,categories=baton
+// +kubebuilder:printcolumn:name="Locks",type=string,JSONPath=`.spec.lockIds`,description="Lock IDs"
+// +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.locks[0].holder`,description="Pod holding the first lock"
+// +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.locks[0].token`,description="Fencing token of the first lock"
+// +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.locks[0].waiting`,description="Contenders waiting for the first lock"
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1
+// +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.spec.trafficPolicy`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DistributedLock struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec declares the locks.
+	// +required
+	Spec DistributedLockSpec `json:"spec"`
+
+	// status is what the operator last observed in the lock store.
+	// +optional
+	Status DistributedLockStatus `json:"status,omitempty"`
+}
+
+// DistributedLockList is a list of DistributedLocks.
+//
+// +kubebuilder:object:root=true
+type DistributedLockList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DistributedLock `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DistributedLock{}, &DistributedLockList{})
+}

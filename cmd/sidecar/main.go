@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 
@@ -22,6 +23,9 @@ import (
 const memoryLimit = 20 << 20
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "pre-stop" {
+		os.Exit(preStop(os.Args[2:]))
+	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)
 	}
@@ -42,4 +46,24 @@ func main() {
 		stop()
 		os.Exit(1)
 	}
+}
+
+// maxPreStopWait bounds the pre-stop delay.
+const maxPreStopWait = 5 * time.Minute
+
+// preStop is the preStop hook of a sidecar that runs as a regular container (clusters without
+// native sidecars): Kubernetes signals every container at once, so the hook holds back the
+// sidecar's SIGTERM for --wait while the application stops, and the lock is released after it.
+func preStop(args []string) int {
+	fs := flag.NewFlagSet("sidecar pre-stop", flag.ContinueOnError)
+	wait := fs.Duration("wait", 10*time.Second, "how long to hold back the sidecar's shutdown (at most 5m)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *wait < 0 || *wait > maxPreStopWait {
+		fmt.Fprintf(os.Stderr, "sidecar pre-stop: --wait=%v: want 0 to %v\n", *wait, maxPreStopWait)
+		return 2
+	}
+	time.Sleep(*wait)
+	return 0
 }

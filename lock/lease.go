@@ -208,6 +208,7 @@ func (s *Lease) renew() time.Duration {
 		ok      bool
 		err     error
 	)
+	start := o.clock.Now()
 	if pending == nil {
 		next := rec
 		next.Version++
@@ -221,6 +222,7 @@ func (s *Lease) renew() time.Duration {
 		applied = err == nil && ok && cur.sameState(w.next)
 	}
 	if err != nil {
+		o.renewed(s.lockID, o.clock.Since(start), err)
 		o.log.V(1).Info("renewal outcome unknown, will settle", "lock", s.lockID, "err", err.Error())
 		s.mu.Lock()
 		s.pending = &w
@@ -233,16 +235,24 @@ func (s *Lease) renew() time.Duration {
 	if applied {
 		s.extendLocked(w.next, w.sent)
 		s.mu.Unlock()
+		o.renewed(s.lockID, o.clock.Since(start), nil)
 		return o.renewInterval
 	}
 	unchanged := ok && cur.sameState(rec)
 	s.mu.Unlock()
 	if unchanged {
-		return retry // our write did not apply and never will; the record is still ours
+		// Our write did not apply and never will; the record is still ours.
+		o.renewed(s.lockID, o.clock.Since(start), errNotApplied)
+		return retry
 	}
-	s.lose(lossReason(cur, ok, s.l.owner, s.token))
+	reason := lossReason(cur, ok, s.l.owner, s.token)
+	o.renewed(s.lockID, o.clock.Since(start), reason)
+	s.lose(reason)
 	return o.renewInterval
 }
+
+// errNotApplied reports a renewal that was settled as not applied; the lease is still held.
+var errNotApplied = errors.New("lock: renewal not applied; retrying")
 
 func lossReason(cur Record, ok bool, owner Owner, token int64) error {
 	if ok && cur.Revoked && cur.Token == token && cur.Owner == owner.String() {

@@ -36,6 +36,7 @@ type options struct {
 	wallClock      func() time.Time
 	waker          Waker
 	progress       func(Progress)
+	renewed        func(lockID string, took time.Duration, err error)
 	errs           []error
 }
 
@@ -124,6 +125,12 @@ func WithWallClock(now func() time.Time) Option { return func(o *options) { o.wa
 // its place in the queue or the owner record. It costs no extra store requests. It must not block.
 func WithProgress(f func(Progress)) Option { return func(o *options) { o.progress = f } }
 
+// WithRenewObserver sets a function called after every renewal attempt of a held lease with how
+// long it took and its error (nil when the lease was extended). It must not block.
+func WithRenewObserver(f func(lockID string, took time.Duration, err error)) Option {
+	return func(o *options) { o.renewed = f }
+}
+
 // WithWaker sets the hint channel that wakes waiters early when a lock is released (see Waker).
 func WithWaker(w Waker) Option { return func(o *options) { o.waker = w } }
 
@@ -167,6 +174,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.progress == nil {
 		o.progress = func(Progress) {}
+	}
+	if o.renewed == nil {
+		o.renewed = func(string, time.Duration, error) {}
 	}
 	return o, o.validate()
 }

@@ -71,7 +71,8 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		subs:    make(map[chan api.Event]struct{}),
 		changes: make(chan struct{}, 1),
 	}
-	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithProgress(h.onProgress)}, lockOpts...)
+	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithProgress(h.onProgress),
+		lock.WithRenewObserver(h.onRenew)}, lockOpts...)
 	if h.locker, err = lock.New(store, owner, all...); err != nil {
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}
@@ -190,6 +191,16 @@ func (h *Holder) onProgress(p lock.Progress) {
 			s.status.Reason += ", held by " + s.status.Holder
 		}
 	})
+}
+
+// onRenew records a renewal attempt in the metrics under the declared lock ID.
+func (h *Holder) onRenew(storeID string, took time.Duration, err error) {
+	h.mu.Lock()
+	id, ok := h.byStore[storeID]
+	h.mu.Unlock()
+	if ok {
+		h.metrics.renewed(id, took, err)
+	}
 }
 
 // update changes one lock's status under the lock and signals a change.

@@ -23,6 +23,7 @@ type Metrics struct {
 	acquisitions *prometheus.CounterVec
 	losses       *prometheus.CounterVec
 	releases     *prometheus.CounterVec
+	renewals     *prometheus.HistogramVec
 	requests     *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
 }
@@ -41,13 +42,16 @@ func NewMetrics() *Metrics {
 			Help: "Times this pod lost the lock without releasing it, by reason."}, []string{"lock", "reason"}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_lock_releases_total",
 			Help: "Releases of the lock by this pod."}, []string{"lock"}),
+		renewals: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "baton_lock_renew_seconds",
+			Help:    "Latency of lease renewals by outcome (ok, error).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"lock", "outcome"}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "baton_store_request_seconds",
 			Help:    "Latency of lock-store requests by operation (renewals are cas).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"op"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_store_errors_total",
 			Help: "Failed lock-store requests by operation."}, []string{"op"}),
 	}
-	m.Registry.MustRegister(m.held, m.token, m.acquisitions, m.losses, m.releases, m.requests, m.storeErrors,
+	m.Registry.MustRegister(m.held, m.token, m.acquisitions, m.losses, m.releases, m.renewals, m.requests, m.storeErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -76,6 +80,18 @@ func (m *Metrics) lost(id string, err error) {
 	}
 	m.held.WithLabelValues(id).Set(0)
 	m.losses.WithLabelValues(id, reason).Inc()
+}
+
+// renewed records one renewal attempt of the declared lock id.
+func (m *Metrics) renewed(id string, took time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.renewals.WithLabelValues(id, outcome).Observe(took.Seconds())
 }
 
 func (m *Metrics) released(id string) {

@@ -39,6 +39,9 @@ func TestMetricsFollowTheLock(t *testing.T) {
 			t.Fatalf("baton_lock_token = %v, want 1", got)
 		}
 		time.Sleep(5 * time.Second) // a few renewals
+		if n := testutil.CollectAndCount(m.renewals, "baton_lock_renew_seconds"); n != 1 {
+			t.Fatalf("renewal histogram has %d series, want the ok outcome of orders", n)
+		}
 		if n := testutil.CollectAndCount(m.requests, "baton_store_request_seconds"); n < 3 {
 			t.Fatalf("store request histogram has %d series, want load, queue and cas at least", n)
 		}

@@ -1,0 +1,24 @@
+// Package inject decides whether a pod gets baton's sidecar and builds the injected pod. It is the
+// one mutation path shared by the operator's admission webhook and any tool that previews
+// injection; the webhook is plumbing around it.
+//
+// Required is the policy: a pure function that says whether a pod should be injected and, when
+// not, why (no baton.dev/lock annotation, opted out with baton.dev/inject: "false", already
+// injected, host network). Inject is the mutation: it returns a deep copy of the pod with the
+// sidecar container "baton", the socket volume, the app environment (BATON_SOCKET, BATON_LOCKS),
+// the readiness gate and the sidecar's settings taken from the DistributedLock and the operator's
+// Config. It never touches its input and never writes a patch: the webhook diffs the original and
+// the injected pod (admission.PatchResponseFromRaw).
+//
+// On clusters with native sidecars (Kubernetes ≥ 1.29, Config.NativeSidecars) the sidecar is the
+// first init container with restartPolicy Always: it starts before everything else, in Blocking
+// mode its startup probe holds back the app containers until the locks are held, and it stops
+// after the app, so Jobs complete. On older clusters it is a regular container with a preStop
+// hook that holds back its shutdown while the app stops.
+//
+// What it does not do: look anything up. The webhook fetches the DistributedLock (and returns
+// MissingLockError when there is none), checks that a Global scope is allowed in the namespace and
+// that the referenced Secrets exist. On clusters without native sidecars nothing keeps a
+// Blocking-mode app from starting before the locks are held (only the sidecar's startup probe
+// fails), and a Job's pod completes only if the sidecar exits by itself once the app has.
+package inject

@@ -1,0 +1,425 @@
+package inject
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/sidecar"
+)
+
+// Names of what Inject adds to a pod (BRIEF §1).
+const (
+	// ContainerName is the sidecar container.
+	ContainerName = "baton"
+	// SocketVolume is the emptyDir that holds the sidecar's API socket.
+	SocketVolume = "baton-socket"
+	// SocketDir is where SocketVolume is mounted in the sidecar and every app container.
+	SocketDir = "/var/run/baton"
+	// SocketPath is the sidecar's API socket; apps find it in BATON_SOCKET.
+	SocketPath = sidecar.DefaultSocketPath
+	// CredentialsVolume mounts spec.cassandra.credentialsSecretRef's Secret into the sidecar.
+	CredentialsVolume = "baton-cassandra-credentials"
+	// CredentialsDir is where CredentialsVolume is mounted, read-only.
+	CredentialsDir = "/etc/baton/cassandra-credentials"
+	// TLSVolume mounts spec.cassandra.tlsSecretRef's Secret into the sidecar.
+	TLSVolume = "baton-cassandra-tls"
+	// TLSDir is where TLSVolume is mounted, read-only.
+	TLSDir = "/etc/baton/cassandra-tls"
+	// ReadinessGate is the pod readiness gate of the ReadinessGate traffic policy; the sidecar
+	// sets the condition.
+	ReadinessGate = sidecar.ConditionLockHeld
+	// EnvSocket and EnvLocks are the environment of every app container: the socket path and the
+	// comma-separated lock IDs of the DistributedLock.
+	EnvSocket = "BATON_SOCKET"
+	EnvLocks  = "BATON_LOCKS"
+)
+
+// Binaries in the sidecar image (see the Dockerfile).
+const (
+	sidecarBinary = "/usr/local/bin/sidecar"
+	cliBinary     = "/usr/local/bin/baton"
+)
+
+// startupFailureThreshold lets a Blocking-mode sidecar wait for its locks practically forever
+// (about 68 years at one probe a second): a standby waits as long as the holder keeps the lock,
+// and a startup probe that gave up would restart the sidecar and send it to the back of the queue.
+const startupFailureThreshold = math.MaxInt32
+
+// Inject returns a deep copy of pod with the baton sidecar configured from dl and cfg; pod itself
+// is never modified. It does not consult Required (the caller does) and it does not look anything
+// up: the caller passes the DistributedLock named by the pod's baton.dev/lock annotation, or
+// rejects the pod with MissingLockError.
+//
+// Errors wrap ErrInvalidConfig (cfg), ErrInvalidLock (dl cannot be turned into a working sidecar,
+// e.g. no lock IDs or no Cassandra contact points) or ErrConflict (the pod already has a
+// container called baton, or another volume mounted on SocketDir).
+func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.Pod, error) {
+	if pod == nil {
+		return nil, errors.New("inject: no pod")
+	}
+	if dl == nil {
+		return nil, errors.New("inject: no DistributedLock")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if want := strings.TrimSpace(pod.Annotations[AnnotationLock]); want != "" && want != dl.Name {
+		return nil, fmt.Errorf("%w: pod's annotation %s names %q, but DistributedLock %q was given",
+			ErrInvalidLock, AnnotationLock, want, dl.Name)
+	}
+	if pod.Namespace != "" && dl.Namespace != "" && pod.Namespace != dl.Namespace {
+		return nil, fmt.Errorf("%w: DistributedLock %s/%s is not in the pod's namespace %q",
+			ErrInvalidLock, dl.Namespace, dl.Name, pod.Namespace)
+	}
+	s, err := resolve(dl, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if hasContainer(pod, ContainerName) {
+		return nil, fmt.Errorf("%w: it already has a container named %q", ErrConflict, ContainerName)
+	}
+
+	out := pod.DeepCopy()
+	spec := &out.Spec
+	socketMount := corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir}
+
+	// 1. Volumes: the socket directory, and the Secrets the sidecar reads.
+	setVolume(&spec.Volumes, corev1.Volume{
+		Name:         SocketVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+	})
+	for _, sv := range s.secrets {
+		setVolume(&spec.Volumes, corev1.Volume{
+			Name:         sv.volume,
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: sv.secret}},
+		})
+	}
+
+	// 2. App containers (not init containers): the socket and where to find it.
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		if err := setMount(c, socketMount); err != nil {
+			return nil, err
+		}
+		setEnv(&c.Env, corev1.EnvVar{Name: EnvSocket, Value: SocketPath})
+		setEnv(&c.Env, corev1.EnvVar{Name: EnvLocks, Value: strings.Join(s.lockIDs, ",")})
+	}
+
+	// 3. The sidecar.
+	sc := sidecarContainer(s, cfg, socketMount)
+	if cfg.NativeSidecars {
+		// A native sidecar: started first, before the other init containers, kept running
+		// (restartPolicy Always) and stopped after the app containers, so Jobs complete.
+		sc.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+		spec.InitContainers = append([]corev1.Container{sc}, spec.InitContainers...)
+	} else {
+		// A regular container: Kubernetes stops all containers at once, so the preStop hook holds
+		// back the sidecar's SIGTERM while the app stops, and the locks are released after it.
+		sc.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+			Command: []string{sidecarBinary, "pre-stop", "--wait=" + cfg.ShutdownTimeout.String()},
+		}}}
+		spec.Containers = append(spec.Containers, sc)
+	}
+
+	// 4. Traffic: only the holder is Ready under the ReadinessGate policy.
+	if s.traffic == batonv1.TrafficReadinessGate && !hasReadinessGate(spec, ReadinessGate) {
+		spec.ReadinessGates = append(spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ReadinessGate})
+	}
+
+	// 5. Mark the pod, so that it is never injected twice.
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[AnnotationInjected] = cfg.Image
+	return out, nil
+}
+
+// sidecarContainer builds the baton container, without the parts that depend on where it goes.
+func sidecarContainer(s settings, cfg Config, socketMount corev1.VolumeMount) corev1.Container {
+	c := corev1.Container{
+		Name:            ContainerName,
+		Image:           cfg.Image,
+		ImagePullPolicy: cfg.ImagePullPolicy,
+		Env:             s.env(cfg),
+		Resources:       *cfg.Resources.DeepCopy(),
+		VolumeMounts:    []corev1.VolumeMount{socketMount},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	for _, sv := range s.secrets {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: sv.volume, MountPath: sv.dir, ReadOnly: true})
+	}
+	if s.mode == batonv1.ModeBlocking {
+		// The app must not start before the locks are held. The kubelet starts the containers
+		// after a native sidecar only once the sidecar's startup probe has succeeded, so this
+		// probe gates the app (and any later init container) until "baton wait" sees every lock
+		// held. A regular container's startup probe gates nothing: on clusters without native
+		// sidecars it only keeps the sidecar (and so the pod) from being Ready before that.
+		c.StartupProbe = &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+				Command: []string{cliBinary, "wait", "--timeout", "0"},
+			}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   1,
+			SuccessThreshold: 1,
+			FailureThreshold: startupFailureThreshold,
+		}
+	}
+	return c
+}
+
+// settings is a DistributedLock resolved against the operator's defaults.
+type settings struct {
+	name                string
+	lockIDs             []string
+	mode                batonv1.LockMode
+	lease               time.Duration
+	scope               batonv1.LockScope
+	traffic             batonv1.TrafficPolicy
+	hosts               []string
+	keyspace, localDC   string
+	consistency, serial string
+	secrets             []secretVolume
+	fileEnv             []corev1.EnvVar // BATON_CASSANDRA_*_FILE and TLS paths
+}
+
+// secretVolume is a Secret mounted read-only into the sidecar.
+type secretVolume struct {
+	volume, secret, dir string
+}
+
+// env is the sidecar's environment; every name is one the sidecar reads (sidecar.Usage).
+func (s settings) env(cfg Config) []corev1.EnvVar {
+	v := func(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
+	field := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path},
+		}}
+	}
+	env := []corev1.EnvVar{
+		v("BATON_LOCK_NAME", s.name),
+		v("BATON_LOCK_IDS", strings.Join(s.lockIDs, ",")),
+		v("BATON_MODE", string(s.mode)),
+		v("BATON_LEASE", s.lease.String()),
+		v("BATON_SCOPE", string(s.scope)),
+		v("BATON_TRAFFIC_POLICY", string(s.traffic)),
+		v("BATON_CASSANDRA_HOSTS", strings.Join(s.hosts, ",")),
+		v("BATON_CASSANDRA_KEYSPACE", s.keyspace),
+	}
+	if s.localDC != "" {
+		env = append(env, v("BATON_CASSANDRA_LOCAL_DC", s.localDC))
+	}
+	env = append(env,
+		v("BATON_CASSANDRA_CONSISTENCY", s.consistency),
+		v("BATON_CASSANDRA_SERIAL_CONSISTENCY", s.serial),
+	)
+	env = append(env, s.fileEnv...)
+	return append(env,
+		field("POD_NAMESPACE", "metadata.namespace"),
+		field("POD_NAME", "metadata.name"),
+		field("POD_UID", "metadata.uid"),
+		v("BATON_SOCKET", SocketPath),
+		v("BATON_SHUTDOWN_TIMEOUT", cfg.ShutdownTimeout.String()),
+	)
+}
+
+// resolve validates dl and merges it with the operator's defaults, reporting every problem at
+// once.
+func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
+	var p problems
+	sp := dl.Spec
+	s := settings{
+		name:        dl.Name,
+		lockIDs:     sp.LockIDs,
+		mode:        or(sp.Mode, batonv1.ModeBlocking),
+		scope:       or(sp.Scope, batonv1.ScopeNamespace),
+		traffic:     or(sp.TrafficPolicy, batonv1.TrafficReadinessGate),
+		hosts:       cfg.Cassandra.ContactPoints,
+		keyspace:    cfg.Cassandra.Keyspace,
+		localDC:     cfg.Cassandra.LocalDC,
+		consistency: string(cfg.Cassandra.Consistency),
+		serial:      string(cfg.Cassandra.SerialConsistency),
+	}
+	if dl.Name == "" {
+		p.add("metadata.name is empty")
+	}
+
+	lockID := regexp.MustCompile(batonv1.LockIDPattern)
+	seen := make(map[string]bool, len(sp.LockIDs))
+	switch n := len(sp.LockIDs); {
+	case n == 0:
+		p.add("spec.lockIds is empty: declare 1 to %d lock IDs", batonv1.MaxLockIDs)
+	case n > batonv1.MaxLockIDs:
+		p.add("spec.lockIds has %d IDs: at most %d", n, batonv1.MaxLockIDs)
+	}
+	for _, id := range sp.LockIDs {
+		if !lockID.MatchString(id) {
+			p.add("spec.lockIds has %q: a lock ID is 1 to %d letters, digits, '.', '_' or '-', beginning and ending with a letter or digit",
+				id, batonv1.MaxLockIDLength)
+		}
+		if seen[id] {
+			p.add("spec.lockIds names %q twice", id)
+		}
+		seen[id] = true
+	}
+	if s.mode != batonv1.ModeBlocking && s.mode != batonv1.ModeTry {
+		p.add("spec.mode %q: use Blocking or Try", s.mode)
+	}
+	switch s.traffic {
+	case batonv1.TrafficReadinessGate, batonv1.TrafficLabel, batonv1.TrafficNone:
+	default:
+		p.add("spec.trafficPolicy %q: use ReadinessGate, Label or None", s.traffic)
+	}
+	if s.scope != batonv1.ScopeNamespace && s.scope != batonv1.ScopeGlobal {
+		p.add("spec.scope %q: use Namespace or Global", s.scope)
+	}
+	def, errDef := time.ParseDuration(batonv1.DefaultLeaseDuration)
+	lo, errLo := time.ParseDuration(batonv1.MinLeaseDuration)
+	hi, errHi := time.ParseDuration(batonv1.MaxLeaseDuration)
+	if err := errors.Join(errDef, errLo, errHi); err != nil {
+		p.add("the API's lease bounds do not parse: %v", err) // a bug in package v1, not in dl
+	}
+	s.lease = def
+	if sp.LeaseDuration != nil {
+		s.lease = sp.LeaseDuration.Duration
+	}
+	if s.lease < lo || s.lease > hi {
+		p.add("spec.leaseDuration %v: use %v to %v", s.lease, lo, hi)
+	}
+
+	if c := sp.Cassandra; c != nil {
+		if len(c.ContactPoints) > 0 {
+			s.hosts = c.ContactPoints
+		}
+		s.keyspace = or(c.Keyspace, s.keyspace)
+		s.localDC = or(c.LocalDC, s.localDC)
+		s.consistency = or(string(c.Consistency), s.consistency)
+		s.serial = or(string(c.SerialConsistency), s.serial)
+		if ref := c.CredentialsSecretRef; ref != nil {
+			if ref.Name == "" {
+				p.add("spec.cassandra.credentialsSecretRef.name is empty")
+			}
+			s.secrets = append(s.secrets, secretVolume{CredentialsVolume, ref.Name, CredentialsDir})
+			s.fileEnv = append(s.fileEnv,
+				corev1.EnvVar{Name: "BATON_CASSANDRA_USERNAME_FILE", Value: path.Join(CredentialsDir, or(ref.UsernameKey, "username"))},
+				corev1.EnvVar{Name: "BATON_CASSANDRA_PASSWORD_FILE", Value: path.Join(CredentialsDir, or(ref.PasswordKey, "password"))},
+			)
+		}
+		if ref := c.TLSSecretRef; ref != nil {
+			if ref.Name == "" {
+				p.add("spec.cassandra.tlsSecretRef.name is empty")
+			}
+			s.secrets = append(s.secrets, secretVolume{TLSVolume, ref.Name, TLSDir})
+			s.fileEnv = append(s.fileEnv,
+				corev1.EnvVar{Name: "BATON_CASSANDRA_TLS_CA", Value: path.Join(TLSDir, or(ref.CAKey, "ca.crt"))},
+				corev1.EnvVar{Name: "BATON_CASSANDRA_TLS_CERT", Value: path.Join(TLSDir, or(ref.CertKey, "tls.crt"))},
+				corev1.EnvVar{Name: "BATON_CASSANDRA_TLS_KEY", Value: path.Join(TLSDir, or(ref.KeyKey, "tls.key"))},
+			)
+		}
+	}
+	if len(s.hosts) == 0 {
+		p.add("no Cassandra contact points: set spec.cassandra.contactPoints or the operator's default contact points")
+	}
+	for _, h := range s.hosts {
+		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, ", \t\n") {
+			p.add("Cassandra contact point %q: give a host or host:port without commas or spaces", h)
+		}
+	}
+	if ks := regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`); !ks.MatchString(s.keyspace) {
+		p.add("Cassandra keyspace %q: a letter, then up to 47 letters, digits or '_'", s.keyspace)
+	}
+	if !validConsistency(batonv1.Consistency(s.consistency)) {
+		p.add("Cassandra consistency %q: use QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL", s.consistency)
+	}
+	if !validSerial(batonv1.SerialConsistency(s.serial)) {
+		p.add("Cassandra serial consistency %q: use SERIAL or LOCAL_SERIAL", s.serial)
+	}
+	if s.localDC == "" && (s.consistency == string(batonv1.ConsistencyLocalQuorum) || s.serial == string(batonv1.SerialConsistencyLocalSerial)) {
+		p.add("Cassandra consistency %s/%s is local to a data center: set spec.cassandra.localDC", s.consistency, s.serial)
+	}
+	return s, p.err(func(msg string) error {
+		return fmt.Errorf("%w %s/%s: %s", ErrInvalidLock, dl.Namespace, dl.Name, msg)
+	})
+}
+
+// setVolume replaces the volume called v.Name, or appends v.
+func setVolume(vols *[]corev1.Volume, v corev1.Volume) {
+	for i := range *vols {
+		if (*vols)[i].Name == v.Name {
+			(*vols)[i] = v
+			return
+		}
+	}
+	*vols = append(*vols, v)
+}
+
+// setMount mounts m into c, replacing a mount of the same volume; another volume already mounted
+// on m's path is a conflict.
+func setMount(c *corev1.Container, m corev1.VolumeMount) error {
+	for i, have := range c.VolumeMounts {
+		switch {
+		case have.Name == m.Name:
+			c.VolumeMounts[i] = m
+			return nil
+		case path.Clean(have.MountPath) == m.MountPath:
+			return fmt.Errorf("%w: container %q mounts volume %q on %s, where the sidecar's socket goes: mount it elsewhere",
+				ErrConflict, c.Name, have.Name, m.MountPath)
+		}
+	}
+	c.VolumeMounts = append(c.VolumeMounts, m)
+	return nil
+}
+
+// setEnv sets e in env: it replaces the first variable of that name, drops any later duplicates
+// and keeps the order of the rest; a new variable goes last.
+func setEnv(env *[]corev1.EnvVar, e corev1.EnvVar) {
+	out := (*env)[:0]
+	done := false
+	for _, have := range *env {
+		if have.Name != e.Name {
+			out = append(out, have)
+			continue
+		}
+		if !done {
+			out = append(out, e)
+			done = true
+		}
+	}
+	if !done {
+		out = append(out, e)
+	}
+	*env = out
+}
+
+func hasReadinessGate(spec *corev1.PodSpec, condition corev1.PodConditionType) bool {
+	for _, g := range spec.ReadinessGates {
+		if g.ConditionType == condition {
+			return true
+		}
+	}
+	return false
+}
+
+// or returns v, or def when v is empty.
+func or[T ~string](v, def T) T {
+	if v == "" {
+		return def
+	}
+	return v
+}

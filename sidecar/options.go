@@ -207,7 +207,22 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	if len(errs) > 0 {
 		return o, fmt.Errorf("sidecar: invalid configuration:\n  %w", joinLines(errs))
 	}
+	o.Cassandra.dropAbsentClientCert()
 	return o, o.Validate()
+}
+
+// dropAbsentClientCert forgets a client certificate whose certificate and key files both do not
+// exist: the injecting webhook always names them inside the mounted TLS Secret, which may hold
+// only a CA. One file without the other stays an error (Validate reports it).
+func (c *CassandraOptions) dropAbsentClientCert() {
+	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
+		return
+	}
+	_, certErr := os.Stat(c.TLSCertFile)
+	_, keyErr := os.Stat(c.TLSKeyFile)
+	if errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist) {
+		c.TLSCertFile, c.TLSKeyFile = "", ""
+	}
 }
 
 // Validate checks every option and returns all problems at once, each naming the flag, its

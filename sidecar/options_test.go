@@ -123,3 +123,27 @@ func TestUsageListsEverySetting(t *testing.T) {
 		}
 	}
 }
+
+func TestTLSSecretWithOnlyACA(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(ca, []byte("pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := ParseOptions(nil, env(map[string]string{"BATON_CASSANDRA_TLS_CA": ca,
+		"BATON_CASSANDRA_TLS_CERT": filepath.Join(dir, "tls.crt"), "BATON_CASSANDRA_TLS_KEY": filepath.Join(dir, "tls.key")}))
+	if err != nil {
+		t.Fatalf("a TLS Secret with only a CA must be accepted: %v", err)
+	}
+	if o.Cassandra.TLSCertFile != "" || o.Cassandra.TLSKeyFile != "" || o.Cassandra.TLSCAFile != ca {
+		t.Fatalf("client certificate should be dropped, CA kept: %+v", o.Cassandra)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), []byte("pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseOptions(nil, env(map[string]string{"BATON_CASSANDRA_TLS_CERT": filepath.Join(dir, "tls.crt"),
+		"BATON_CASSANDRA_TLS_KEY": filepath.Join(dir, "tls.key")}))
+	if err == nil || !strings.Contains(err.Error(), "--cassandra-tls-key") {
+		t.Fatalf("a certificate without its key must be rejected: %v", err)
+	}
+}

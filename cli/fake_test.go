@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecar/api"
 )
 
@@ -195,24 +195,6 @@ func serve(t *testing.T, svc api.Service) string {
 	return path
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // invocation is one run of the CLI in a test.
 type invocation struct {
 	args  []string
@@ -222,7 +204,7 @@ type invocation struct {
 	poll  time.Duration // 0: an hour, so only events drive the sidecar commands
 	pid   int
 
-	stdout, stderr syncBuffer
+	stdout, stderr testenv.SyncBuffer
 	code           int
 	done           chan struct{}
 }

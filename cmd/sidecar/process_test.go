@@ -60,25 +60,8 @@ type sidecarProc struct {
 	name   string
 	cmd    *exec.Cmd
 	client *api.Client
-	out    *syncBuffer
+	out    *testenv.SyncBuffer
 	exited chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startSidecar runs a sidecar for pod name in namespace ns holding lock "orders".
@@ -86,7 +69,7 @@ func startSidecar(t *testing.T, ns, name string, extraEnv ...string) *sidecarPro
 	t.Helper()
 	cl := storeReady(t)
 	socket := filepath.Join(t.TempDir(), name+".sock")
-	p := &sidecarProc{name: name, out: &syncBuffer{}, exited: make(chan error, 1), client: api.NewClient(socket)}
+	p := &sidecarProc{name: name, out: &testenv.SyncBuffer{}, exited: make(chan error, 1), client: api.NewClient(socket)}
 	p.cmd = exec.Command(binary)
 	p.cmd.Env = append(os.Environ(),
 		"BATON_LOCK_IDS=orders", "BATON_CASSANDRA_HOSTS="+strings.Join(cl.Hosts(), ","),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/sidecar/api"
 )
@@ -181,7 +182,7 @@ func (h *Holder) onProgress(p lock.Progress) {
 			return
 		}
 		if p.Holder != "" {
-			s.status.Holder = podOf(p.Holder)
+			s.status.Holder = podName(p.Holder)
 		} else {
 			s.status.QueuePosition = p.Ahead + 1
 		}
@@ -248,17 +249,13 @@ func (h *Holder) allEverHeldLocked() bool {
 
 func (h *Holder) podName() string { return h.opts.Pod.Namespace + "/" + h.opts.Pod.Name }
 
-// podOf turns an owner string ("ns/pod/uid#incarnation") into "ns/pod".
-func podOf(owner string) string {
-	o, err := lock.ParseOwner(owner)
-	if err != nil {
-		return owner
+// podName turns a lock owner string into "namespace/name" of its pod (or the identity as is).
+func podName(owner string) string {
+	ns, name := batonv1.PodOfOwner(owner)
+	if ns == "" {
+		return name
 	}
-	parts := strings.SplitN(o.Identity, "/", 3)
-	if len(parts) < 2 {
-		return o.Identity
-	}
-	return parts[0] + "/" + parts[1]
+	return ns + "/" + name
 }
 
 // Locks implements api.Service.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/lock"
 )
 
@@ -56,8 +57,6 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	// MaxLocks is the most lock IDs one pod may declare.
 	MaxLocks = 16
-	// globalPrefix prefixes global lock IDs in the store; namespaces cannot start with "_".
-	globalPrefix = "_global/"
 )
 
 // lockIDPattern is what a declared lock ID may look like: it becomes part of a store key and a
@@ -311,15 +310,12 @@ func (o Options) Validate() error {
 }
 
 // Owner returns the lock owner identity of this pod: namespace/name/uid.
-func (o Options) Owner() string { return o.Pod.Namespace + "/" + o.Pod.Name + "/" + o.Pod.UID }
+func (o Options) Owner() string { return batonv1.OwnerIdentity(o.Pod.Namespace, o.Pod.Name, o.Pod.UID) }
 
 // StoreLockID maps a declared lock ID to its key in the store: "<namespace>/<id>", or
 // "_global/<id>" for the Global scope.
 func (o Options) StoreLockID(id string) string {
-	if o.Scope == ScopeGlobal {
-		return globalPrefix + id
-	}
-	return o.Pod.Namespace + "/" + id
+	return batonv1.StoreLockID(batonv1.LockScope(o.Scope), o.Pod.Namespace, id)
 }
 
 func splitList(s string) []string {

@@ -157,11 +157,11 @@ func (l *Locker) cas(ctx context.Context, lockID string, prev, next Record) (app
 	return l.store.CompareAndSwap(ctx, lockID, prev, next)
 }
 
-// load reads the owner record (not linearizably) under the request timeout.
-func (l *Locker) load(ctx context.Context, lockID string) (Record, bool, error) {
+// load reads the owner record under the request timeout.
+func (l *Locker) load(ctx context.Context, lockID string, linearizable bool) (Record, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.requestTimeout)
 	defer cancel()
-	return l.store.Load(ctx, lockID, false)
+	return l.store.Load(ctx, lockID, linearizable)
 }
 
 // settle resolves a conditional write of unknown outcome with a linearizable read, retrying until
@@ -169,16 +169,9 @@ func (l *Locker) load(ctx context.Context, lockID string) (Record, bool, error) 
 func (l *Locker) settle(ctx context.Context, lockID string) (Record, bool, error) {
 	backoff := l.opts.pollInterval
 	for {
-		type result struct {
-			rec Record
-			ok  bool
-		}
-		r, err := request(ctx, l, func(ctx context.Context) (result, error) {
-			rec, ok, err := l.store.Load(ctx, lockID, true)
-			return result{rec, ok}, err
-		})
+		rec, ok, err := l.load(ctx, lockID, true)
 		if err == nil {
-			return r.rec, r.ok, nil
+			return rec, ok, nil
 		}
 		l.opts.log.V(1).Info("settling a write of unknown outcome", "lock", lockID, "err", err.Error())
 		if err := l.sleep(ctx, l.jitter(backoff), nil); err != nil {
@@ -276,7 +269,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 		record = make(chan loaded, 1)
 		go func() {
 			var r loaded
-			r.rec, r.ok, r.err = l.load(ctx, a.lockID)
+			r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
 			record <- r
 		}()
 	}
@@ -323,7 +316,7 @@ func (a *acquisition) contend(ctx context.Context, record <-chan loaded) (*Lease
 	if record != nil {
 		r = <-record
 	} else {
-		r.rec, r.ok, r.err = l.load(ctx, a.lockID)
+		r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
 	}
 	if r.err != nil {
 		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)

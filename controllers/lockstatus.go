@@ -27,7 +27,8 @@ func LockStatuses(dl *batonv1.DistributedLock, snapshots map[string]lock.Status,
 			}
 			continue
 		}
-		st := batonv1.LockStatus{LockID: id, Token: snap.Record.Token, Waiting: int32(len(snap.Queue)), Transitions: old.Transitions}
+		st := batonv1.LockStatus{LockID: id, Token: snap.Record.Token, Waiting: int32(len(snap.Queue)),
+			Transitions: old.Transitions, LastRevocation: old.LastRevocation}
 		if snap.Record.Held() {
 			st.HolderNamespace, st.Holder = batonv1.PodOfOwner(snap.Record.Owner)
 			if !snap.Record.GrantedAt.IsZero() {

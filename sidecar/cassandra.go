@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
 // ClusterConfig returns the gocql configuration for these options: consistencies, data-centre
@@ -23,22 +24,17 @@ func (c CassandraOptions) ClusterConfig() (*gocql.ClusterConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: %s: %w", name("serial"), err)
 	}
-	cc := gocql.NewCluster(c.ContactPoints...)
-	cc.Consistency, cc.SerialConsistency = cons, serial
-	cc.Timeout, cc.ConnectTimeout = 5*time.Second, 5*time.Second
-	if c.LocalDC != "" {
-		cc.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.LocalDC))
+	conn := cassandrastore.Connection{
+		ContactPoints: c.ContactPoints, LocalDC: c.LocalDC,
+		Consistency: cons, SerialConsistency: serial,
 	}
 	if c.UsernameFile != "" {
-		user, err := readSecret("username-file", c.UsernameFile)
-		if err != nil {
+		if conn.Username, err = readSecret("username-file", c.UsernameFile); err != nil {
 			return nil, err
 		}
-		pass, err := readSecret("password-file", c.PasswordFile)
-		if err != nil {
+		if conn.Password, err = readSecret("password-file", c.PasswordFile); err != nil {
 			return nil, err
 		}
-		cc.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: pass}
 	}
 	if c.TLSCAFile != "" || c.TLSCertFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.TLSServerName}
@@ -59,9 +55,9 @@ func (c CassandraOptions) ClusterConfig() (*gocql.ClusterConfig, error) {
 			}
 			tc.Certificates = []tls.Certificate{cert}
 		}
-		cc.SslOpts = &gocql.SslOptions{Config: tc, EnableHostVerification: c.TLSCAFile != ""}
+		conn.TLS = tc
 	}
-	return cc, nil
+	return conn.ClusterConfig(), nil
 }
 
 func readSecret(key, path string) (string, error) {

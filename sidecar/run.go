@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -36,7 +37,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	}()
 	cons, _ := gocql.ParseConsistencyWrapper(opts.Cassandra.Consistency)
 	serial, _ := gocql.ParseConsistencyWrapper(opts.Cassandra.SerialConsistency)
-	store, err := cassandrastore.New(ctx, session, cassandrastore.WithKeyspace(opts.Cassandra.Keyspace),
+	store, err := openStore(ctx, session, log, cassandrastore.WithKeyspace(opts.Cassandra.Keyspace),
 		cassandrastore.WithConsistency(cons), cassandrastore.WithSerialConsistency(serial))
 	if err != nil {
 		return err
@@ -128,6 +129,28 @@ func connect(ctx context.Context, cc *gocql.ClusterConfig, log logr.Logger) (*go
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("sidecar: connecting to Cassandra at %v: %w (last error: %w)", cc.Hosts, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// openStore opens the lock store, waiting with backoff while the keyspace lacks baton's schema:
+// the operator creates it when it first reads the DistributedLock, which may be moments after the
+// first pod starts. Other errors (bad options, a newer schema) end the sidecar at once.
+func openStore(ctx context.Context, session *gocql.Session, log logr.Logger, opts ...cassandrastore.Option) (*cassandrastore.Store, error) {
+	backoff := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		store, err := cassandrastore.New(ctx, session, opts...)
+		if err == nil || !errors.Is(err, cassandrastore.ErrSchemaMissing) {
+			return store, err
+		}
+		log.Info("waiting for the lock schema (the baton operator creates it)", "attempt", attempt, "err", err.Error())
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("sidecar: %w (last error: %w)", ctx.Err(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 5*time.Second)

@@ -89,6 +89,13 @@ const (
 	SerialConsistencyLocalSerial SerialConsistency = "LOCAL_SERIAL"
 )
 
+// AnnotationRevoke on a DistributedLock asks the operator to revoke the current grant of the
+// comma-separated lock IDs in its value. The operator revokes each grant by its fencing token (so
+// it can never hit a later holder), records it in status.locks[].lastRevocation and an Event, and
+// removes the annotation. The revoked holder stops claiming the lock at its next renewal; the next
+// waiter is granted one lease later.
+const AnnotationRevoke = "baton.dev/revoke"
+
 // Condition types in DistributedLockStatus.Conditions.
 const (
 	// ConditionReady is True when the operator could read every lock of the DistributedLock from
@@ -301,11 +308,32 @@ type LockStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Waiting int32 `json:"waiting,omitempty"`
 
+	// lastRevocation records the last grant of this lock that the operator revoked because the
+	// DistributedLock was annotated baton.dev/revoke: <lockId>.
+	// +optional
+	LastRevocation *Revocation `json:"lastRevocation,omitempty"`
+
 	// transitions counts the holder changes the operator has observed since it started tracking
 	// this lock. It may miss changes that happened between two reconciles.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Transitions int64 `json:"transitions,omitempty"`
+}
+
+// Revocation is a grant the operator revoked.
+type Revocation struct {
+	// token is the fencing token of the revoked grant.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Token int64 `json:"token"`
+
+	// holder is the pod (namespace/name) that held the revoked grant.
+	// +optional
+	Holder string `json:"holder,omitempty"`
+
+	// time is when the operator revoked the grant.
+	// +required
+	Time metav1.Time `json:"time"`
 }
 
 // DistributedLockStatus is the state the operator last observed. Nothing reads it to make a

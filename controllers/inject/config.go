@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -39,6 +40,31 @@ type Config struct {
 	// the app stops. Default 10s, at most 5m. Both together must fit in the pod's
 	// terminationGracePeriodSeconds (30s unless the pod says otherwise).
 	ShutdownTimeout time.Duration
+	// GlobalNamespaces are the namespaces whose DistributedLocks may use scope Global; "*" allows
+	// every namespace. Empty: Global is allowed nowhere.
+	GlobalNamespaces []string
+}
+
+// GlobalAllowed reports whether DistributedLocks in namespace may use scope Global.
+func (c Config) GlobalAllowed(namespace string) bool {
+	for _, ns := range c.GlobalNamespaces {
+		if ns == "*" || ns == namespace {
+			return true
+		}
+	}
+	return false
+}
+
+// globalScopeProblem explains why a Global DistributedLock in namespace is refused, or returns "".
+func (c Config) globalScopeProblem(namespace string) string {
+	if c.GlobalAllowed(namespace) {
+		return ""
+	}
+	allowed := "no namespace"
+	if len(c.GlobalNamespaces) > 0 {
+		allowed = "only namespaces " + strings.Join(c.GlobalNamespaces, ", ")
+	}
+	return fmt.Sprintf("spec.scope Global is not allowed in namespace %q: the operator allows it in %s (operator flag --global-namespaces); use scope Namespace or ask the cluster admin", namespace, allowed)
 }
 
 // CassandraDefaults is the operator's default lock store connection.
@@ -54,6 +80,36 @@ type CassandraDefaults struct {
 	Consistency batonv1.Consistency
 	// SerialConsistency of the Paxos phase; default SERIAL.
 	SerialConsistency batonv1.SerialConsistency
+}
+
+// StoreConnection is the lock store connection of one DistributedLock: the operator's defaults
+// overridden field by field by spec.cassandra. The sidecar and the operator's status reader both
+// connect with it.
+type StoreConnection struct {
+	CassandraDefaults
+	// Credentials and TLS name Secrets in the DistributedLock's namespace, or are nil.
+	Credentials *batonv1.CredentialsSecretRef
+	TLS         *batonv1.TLSSecretRef
+}
+
+// StoreConnection merges dl's spec.cassandra over c's Cassandra defaults (with c's own defaults
+// filled in). It does not validate the result; Inject does.
+func (c Config) StoreConnection(dl *batonv1.DistributedLock) StoreConnection {
+	d := c.withDefaults().Cassandra
+	out := StoreConnection{CassandraDefaults: d}
+	o := dl.Spec.Cassandra
+	if o == nil {
+		return out
+	}
+	if len(o.ContactPoints) > 0 {
+		out.ContactPoints = o.ContactPoints
+	}
+	out.Keyspace = or(o.Keyspace, d.Keyspace)
+	out.LocalDC = or(o.LocalDC, d.LocalDC)
+	out.Consistency = or(o.Consistency, d.Consistency)
+	out.SerialConsistency = or(o.SerialConsistency, d.SerialConsistency)
+	out.Credentials, out.TLS = o.CredentialsSecretRef, o.TLSSecretRef
+	return out
 }
 
 // DefaultResources is what the sidecar asks for when Config.Resources is empty: it is sized for
@@ -120,8 +176,15 @@ func (c Config) Validate() error {
 	if !validSerial(c.Cassandra.SerialConsistency) {
 		p.add("Cassandra serial consistency %q: use SERIAL or LOCAL_SERIAL", c.Cassandra.SerialConsistency)
 	}
+	for _, ns := range c.GlobalNamespaces {
+		if ns != "*" && !dns1123Label.MatchString(ns) {
+			p.add("global namespace %q is not a namespace name (or \"*\" for all)", ns)
+		}
+	}
 	return p.err(func(msg string) error { return fmt.Errorf("%w: %s", ErrInvalidConfig, msg) })
 }
+
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 func validConsistency(c batonv1.Consistency) bool {
 	switch c {

@@ -141,6 +141,10 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 		out.Annotations = map[string]string{}
 	}
 	out.Annotations[AnnotationInjected] = cfg.Image
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	out.Labels[LabelInjected] = "true"
 	return out, nil
 }
 
@@ -244,17 +248,18 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 	var p problems
 	sp := dl.Spec
+	conn := cfg.StoreConnection(dl)
 	s := settings{
 		name:        dl.Name,
 		lockIDs:     sp.LockIDs,
 		mode:        or(sp.Mode, batonv1.ModeBlocking),
 		scope:       or(sp.Scope, batonv1.ScopeNamespace),
 		traffic:     or(sp.TrafficPolicy, batonv1.TrafficReadinessGate),
-		hosts:       cfg.Cassandra.ContactPoints,
-		keyspace:    cfg.Cassandra.Keyspace,
-		localDC:     cfg.Cassandra.LocalDC,
-		consistency: string(cfg.Cassandra.Consistency),
-		serial:      string(cfg.Cassandra.SerialConsistency),
+		hosts:       conn.ContactPoints,
+		keyspace:    conn.Keyspace,
+		localDC:     conn.LocalDC,
+		consistency: string(conn.Consistency),
+		serial:      string(conn.SerialConsistency),
 	}
 	if dl.Name == "" {
 		p.add("metadata.name is empty")
@@ -286,7 +291,13 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 	default:
 		p.add("spec.trafficPolicy %q: use ReadinessGate, Label or None", s.traffic)
 	}
-	if s.scope != batonv1.ScopeNamespace && s.scope != batonv1.ScopeGlobal {
+	switch s.scope {
+	case batonv1.ScopeNamespace:
+	case batonv1.ScopeGlobal:
+		if msg := cfg.globalScopeProblem(dl.Namespace); msg != "" {
+			p.add("%s", msg)
+		}
+	default:
 		p.add("spec.scope %q: use Namespace or Global", s.scope)
 	}
 	def, errDef := time.ParseDuration(batonv1.DefaultLeaseDuration)
@@ -304,13 +315,6 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 	}
 
 	if c := sp.Cassandra; c != nil {
-		if len(c.ContactPoints) > 0 {
-			s.hosts = c.ContactPoints
-		}
-		s.keyspace = or(c.Keyspace, s.keyspace)
-		s.localDC = or(c.LocalDC, s.localDC)
-		s.consistency = or(string(c.Consistency), s.consistency)
-		s.serial = or(string(c.SerialConsistency), s.serial)
 		if ref := c.CredentialsSecretRef; ref != nil {
 			if ref.Name == "" {
 				p.add("spec.cassandra.credentialsSecretRef.name is empty")

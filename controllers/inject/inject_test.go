@@ -36,7 +36,8 @@ func testConfig(name string) Config {
 		Cassandra: CassandraDefaults{
 			ContactPoints: []string{"cassandra-0.cassandra.baton-system.svc:9042", "cassandra-1.cassandra.baton-system.svc:9042"},
 		},
-		NativeSidecars: !strings.HasPrefix(name, "old-cluster"),
+		NativeSidecars:   !strings.HasPrefix(name, "old-cluster"),
+		GlobalNamespaces: []string{"reports"},
 	}
 }
 
@@ -457,6 +458,12 @@ func TestInjectErrors(t *testing.T) {
 		{name: "no image", cfg: func(c *Config) { c.Image = "" }, is: ErrInvalidConfig, message: "sidecar image is empty"},
 		{name: "long shutdown", cfg: func(c *Config) { c.ShutdownTimeout = time.Hour }, is: ErrInvalidConfig, message: "shutdown timeout 1h0m0s"},
 		{name: "bad consistency", cfg: func(c *Config) { c.Cassandra.Consistency = "ONE" }, is: ErrInvalidConfig, message: `"ONE"`},
+		{name: "global not allowed", dl: func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal },
+			cfg: func(c *Config) { c.GlobalNamespaces = []string{"shared"} }, is: ErrInvalidLock,
+			message: `spec.scope Global is not allowed in namespace "team-a": the operator allows it in only namespaces shared`},
+		{name: "global allowed nowhere", dl: func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal },
+			cfg: func(c *Config) { c.GlobalNamespaces = nil }, is: ErrInvalidLock, message: "allows it in no namespace"},
+		{name: "bad global namespace", cfg: func(c *Config) { c.GlobalNamespaces = []string{"Bad_NS"} }, is: ErrInvalidConfig, message: `global namespace "Bad_NS"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, dl, c := appPod(), validLock(), cfg
@@ -528,6 +535,49 @@ func TestInjectReplacesAppEnvAndKeepsGate(t *testing.T) {
 	}
 	if n := len(out.Spec.ReadinessGates); n != 1 {
 		t.Errorf("%d readiness gates, want 1", n)
+	}
+}
+
+func TestGlobalAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		list []string
+		ns   string
+		want bool
+	}{
+		{nil, "a", false},
+		{[]string{"a", "b"}, "b", true},
+		{[]string{"a"}, "b", false},
+		{[]string{"*"}, "anything", true},
+	} {
+		if got := (Config{GlobalNamespaces: tc.list}).GlobalAllowed(tc.ns); got != tc.want {
+			t.Errorf("GlobalAllowed(%v, %q) = %v, want %v", tc.list, tc.ns, got, tc.want)
+		}
+	}
+	dl := validLock()
+	dl.Spec.Scope = batonv1.ScopeGlobal
+	c := testConfig("unit")
+	c.GlobalNamespaces = []string{dl.Namespace}
+	if _, err := Inject(appPod(), dl, c); err != nil {
+		t.Errorf("Global in an allowed namespace: %v", err)
+	}
+}
+
+func TestStoreConnectionMergesOverride(t *testing.T) {
+	dl := validLock()
+	c := testConfig("unit")
+	c.Cassandra.LocalDC = "dc1"
+	got := c.StoreConnection(dl)
+	if got.Keyspace != "baton" || got.Consistency != batonv1.ConsistencyQuorum || got.SerialConsistency != batonv1.SerialConsistencySerial || got.LocalDC != "dc1" {
+		t.Errorf("defaults not applied: %+v", got)
+	}
+	dl.Spec.Cassandra = &batonv1.CassandraConnection{
+		ContactPoints: []string{"x:1"}, Keyspace: "k", Consistency: batonv1.ConsistencyAll,
+		CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "creds"},
+	}
+	got = c.StoreConnection(dl)
+	if !reflect.DeepEqual(got.ContactPoints, []string{"x:1"}) || got.Keyspace != "k" || got.Consistency != batonv1.ConsistencyAll ||
+		got.LocalDC != "dc1" || got.SerialConsistency != batonv1.SerialConsistencySerial || got.Credentials == nil || got.Credentials.Name != "creds" || got.TLS != nil {
+		t.Errorf("override not merged: %+v", got)
 	}
 }
 

@@ -17,6 +17,9 @@ const (
 	// AnnotationInjected is set by Inject to the sidecar image; a pod carrying it is not injected
 	// again.
 	AnnotationInjected = "baton.dev/injected"
+	// LabelInjected ("true") marks injected pods, so that the operator can watch only those and
+	// grant their service accounts the sidecar's permissions.
+	LabelInjected = "baton.dev/injected"
 )
 
 // Required says whether pod should get the baton sidecar and, when it should not, why. It looks
@@ -28,7 +31,7 @@ func Required(pod *corev1.Pod) (bool, string) {
 	if strings.TrimSpace(pod.Annotations[AnnotationLock]) == "" {
 		return false, "pod has no " + AnnotationLock + " annotation"
 	}
-	if v, ok := pod.Annotations[AnnotationInject]; ok && optedOut(v) {
+	if v, ok := pod.Annotations[AnnotationInject]; ok && OptedOut(v) {
 		return false, "pod opted out with annotation " + AnnotationInject + ": " + v
 	}
 	if _, ok := pod.Annotations[AnnotationInjected]; ok {
@@ -43,8 +46,8 @@ func Required(pod *corev1.Pod) (bool, string) {
 	return true, ""
 }
 
-// optedOut reports whether an AnnotationInject value says no.
-func optedOut(v string) bool {
+// OptedOut reports whether an AnnotationInject value says no ("false", "no", "n", "off" or "0").
+func OptedOut(v string) bool {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "false", "no", "n", "off", "0":
 		return true

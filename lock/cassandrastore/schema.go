@@ -22,6 +22,10 @@ const DefaultReplication = "{'class': 'SimpleStrategy', 'replication_factor': 1}
 // ErrSchema is returned when the keyspace lacks baton's tables or holds a newer schema version.
 var ErrSchema = errors.New("cassandrastore: schema")
 
+// ErrSchemaMissing (which is also ErrSchema) is returned when the keyspace, its tables or its
+// schema version cannot be read yet: worth waiting for whoever runs EnsureSchema.
+var ErrSchemaMissing = fmt.Errorf("%w not created yet", ErrSchema)
+
 var keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
 
 func validateKeyspace(ks string) error {
@@ -104,9 +108,9 @@ func checkSchema(ctx context.Context, session *gocql.Session, keyspace string, c
 		Consistency(cons).ScanContext(ctx, &v)
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
-		return fmt.Errorf("%w: keyspace %s has no baton schema version: run EnsureSchema (the operator does) first", ErrSchema, keyspace)
+		return fmt.Errorf("%w: keyspace %s has no baton schema version: run EnsureSchema (the operator does) first", ErrSchemaMissing, keyspace)
 	case err != nil:
-		return fmt.Errorf("%w: reading schema version of keyspace %s (run EnsureSchema first?): %w", ErrSchema, keyspace, err)
+		return fmt.Errorf("%w: reading schema version of keyspace %s (run EnsureSchema first?): %w", ErrSchemaMissing, keyspace, err)
 	case v > SchemaVersion:
 		return fmt.Errorf("%w: keyspace %s has schema version %d, this build supports up to %d: upgrade baton", ErrSchema, keyspace, v, SchemaVersion)
 	case v < 1:

@@ -1,0 +1,110 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers/inject"
+)
+
+// RolloutProblems explains, workload by workload, why rollouts of the Deployments and
+// StatefulSets that use dl (pod template annotation baton.dev/lock: <dl.Name>) would stall, and
+// the setting that fixes each. It returns nothing unless dl's traffic policy is ReadinessGate.
+//
+// Under ReadinessGate only the holder is Ready; every standby stays NotReady, whatever its
+// revision. A Deployment scales down its old pods only while at least replicas − maxUnavailable
+// pods are available. Once the old holder is the last old pod and the new pods wait for its lock,
+// one pod is available, so the holder is removed only when replicas − maxUnavailable ≤ 0: the
+// rollout needs maxUnavailable ≥ replicas (100%) or the Recreate strategy. A StatefulSet creates
+// pods one by one after the previous is Ready (OrderedReady) and rolls one pod at a time waiting
+// for the updated pod to be Ready, which a standby never is.
+func RolloutProblems(dl *batonv1.DistributedLock, deployments []appsv1.Deployment, statefulSets []appsv1.StatefulSet) []string {
+	if dl.Spec.TrafficPolicy != "" && dl.Spec.TrafficPolicy != batonv1.TrafficReadinessGate {
+		return nil
+	}
+	var out []string
+	for i := range deployments {
+		d := &deployments[i]
+		if usesLock(d.Namespace, d.Spec.Template.Annotations, dl) {
+			if p := deploymentProblem(d); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	for i := range statefulSets {
+		s := &statefulSets[i]
+		if usesLock(s.Namespace, s.Spec.Template.Annotations, dl) {
+			if p := statefulSetProblem(s); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// usesLock reports whether a pod template with these annotations in namespace uses dl.
+func usesLock(namespace string, annotations map[string]string, dl *batonv1.DistributedLock) bool {
+	return namespace == dl.Namespace && strings.TrimSpace(annotations[inject.AnnotationLock]) == dl.Name &&
+		!inject.OptedOut(annotations[inject.AnnotationInject])
+}
+
+const fixLabel = "or set the DistributedLock's spec.trafficPolicy to Label"
+
+func deploymentProblem(d *appsv1.Deployment) string {
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	if replicas == 0 || d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		return ""
+	}
+	maxUnavailable := intstr.FromString("25%")
+	if ru := d.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
+		maxUnavailable = *ru.MaxUnavailable
+	}
+	allowed, err := intstr.GetScaledValueFromIntOrPercent(&maxUnavailable, int(replicas), false)
+	if err != nil {
+		return fmt.Sprintf("Deployment %s: spec.strategy.rollingUpdate.maxUnavailable %s: %v", d.Name, maxUnavailable.String(), err)
+	}
+	if allowed >= int(replicas) {
+		return ""
+	}
+	return fmt.Sprintf("Deployment %s: a rollout would stall: standbys stay NotReady under trafficPolicy ReadinessGate, "+
+		"but maxUnavailable %s allows only %d of %d replicas to be unavailable, so the old holder is never replaced; "+
+		"set spec.strategy.rollingUpdate.maxUnavailable to 100%% or spec.strategy.type to Recreate, %s",
+		d.Name, maxUnavailable.String(), allowed, replicas, fixLabel)
+}
+
+func statefulSetProblem(s *appsv1.StatefulSet) string {
+	replicas := int32(1)
+	if s.Spec.Replicas != nil {
+		replicas = *s.Spec.Replicas
+	}
+	if replicas <= 1 {
+		return ""
+	}
+	var fixes []string
+	if s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		fixes = append(fixes, "spec.podManagementPolicy to Parallel (OrderedReady waits for each standby to become Ready)")
+	}
+	if s.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		allowed := 1
+		if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
+			if v, err := intstr.GetScaledValueFromIntOrPercent(ru.MaxUnavailable, int(replicas), false); err == nil {
+				allowed = v
+			}
+		}
+		if allowed < int(replicas) {
+			fixes = append(fixes, "spec.updateStrategy.type to OnDelete, or spec.updateStrategy.rollingUpdate.maxUnavailable to 100% where the cluster supports it (a rolling update waits for each updated standby to become Ready)")
+		}
+	}
+	if len(fixes) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("StatefulSet %s: standbys stay NotReady under trafficPolicy ReadinessGate, so it would stall; set %s, %s",
+		s.Name, strings.Join(fixes, ", and "), fixLabel)
+}

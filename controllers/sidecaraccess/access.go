@@ -1,0 +1,144 @@
+package sidecaraccess
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers/inject"
+)
+
+// Name is the name of the Role and the RoleBinding in each namespace, and the name the
+// ValidatingAdmissionPolicyBinding baton-sidecar-own-pod looks up as its parameter.
+const Name = "baton-sidecar"
+
+// Labels on the Role and the RoleBinding. Only objects carrying LabelManagedBy: ManagedBy are
+// deleted by the Reconciler.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "baton-operator"
+	LabelName      = "app.kubernetes.io/name"
+	AppName        = "baton"
+)
+
+// defaultServiceAccount is the service account of a pod whose spec names none.
+const defaultServiceAccount = "default"
+
+// Access is what the sidecars of one namespace are granted.
+type Access struct {
+	// Rules of the Role: patch on pods/status, and patch on pods when a DistributedLock of the
+	// namespace has the Label traffic policy.
+	Rules []rbacv1.PolicyRule
+	// Subjects of the RoleBinding: the service accounts of the injected pods, sorted by name,
+	// without repeats. It may be empty (locks but no pods yet).
+	Subjects []rbacv1.Subject
+}
+
+// Desired returns the access of the sidecars in namespace ns given its DistributedLocks and pods,
+// and false when the namespace needs none (it has neither a DistributedLock nor an injected pod).
+// Objects of other namespaces, pods without the label baton.dev/injected=true and pods that
+// finished (phase Succeeded or Failed: their sidecar no longer runs) are ignored.
+func Desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (Access, bool) {
+	var (
+		anyLock, label bool
+		accounts       []string
+	)
+	for i := range locks {
+		if locks[i].Namespace != ns {
+			continue
+		}
+		anyLock = true
+		if locks[i].Spec.TrafficPolicy == batonv1.TrafficLabel {
+			label = true
+		}
+	}
+	for i := range pods {
+		p := &pods[i]
+		if p.Namespace != ns || !Injected(p) || finished(p) {
+			continue
+		}
+		sa := p.Spec.ServiceAccountName
+		if sa == "" {
+			sa = defaultServiceAccount
+		}
+		accounts = append(accounts, sa)
+	}
+	if !anyLock && len(accounts) == 0 {
+		return Access{}, false
+	}
+
+	a := Access{Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{corev1.GroupName}, Resources: []string{"pods/status"}, Verbs: []string{"patch"},
+	}}}
+	if label {
+		a.Rules = append(a.Rules, rbacv1.PolicyRule{
+			APIGroups: []string{corev1.GroupName}, Resources: []string{"pods"}, Verbs: []string{"patch"},
+		})
+	}
+	slices.Sort(accounts)
+	for _, sa := range slices.Compact(accounts) {
+		a.Subjects = append(a.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns})
+	}
+	return a, true
+}
+
+// Injected reports whether pod carries the label the webhook puts on injected pods.
+func Injected(pod *corev1.Pod) bool { return pod.Labels[inject.LabelInjected] == "true" }
+
+// finished reports whether pod has terminated for good.
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// Role returns the Role granting a in namespace ns.
+func (a Access) Role(ns string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: objectMeta(ns),
+		Rules:      slices.Clone(a.Rules),
+	}
+}
+
+// RoleBinding returns the RoleBinding of the Role to a's subjects in namespace ns.
+func (a Access) RoleBinding(ns string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: objectMeta(ns),
+		RoleRef:    roleRef(),
+		Subjects:   slices.Clone(a.Subjects),
+	}
+}
+
+func roleRef() rbacv1.RoleRef {
+	return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: Name}
+}
+
+func objectMeta(ns string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: Name, Namespace: ns, Labels: ownLabels()}
+}
+
+func ownLabels() map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, LabelName: AppName}
+}
+
+// managed reports whether obj carries the labels the Reconciler puts on what it creates.
+func managed(obj metav1.Object) bool {
+	l := obj.GetLabels()
+	return l[LabelManagedBy] == ManagedBy
+}
+
+// withOwnLabels returns labels with the Reconciler's labels set, and whether anything changed.
+func withOwnLabels(labels map[string]string) (map[string]string, bool) {
+	out := make(map[string]string, len(labels)+2)
+	maps.Copy(out, labels)
+	changed := false
+	for k, v := range ownLabels() {
+		if out[k] != v {
+			out[k] = v
+			changed = true
+		}
+	}
+	return out, changed
+}

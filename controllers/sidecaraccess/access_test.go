@@ -1,0 +1,117 @@
+package sidecaraccess_test
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/controllers/sidecaraccess"
+)
+
+func lockIn(ns, name string, traffic batonv1.TrafficPolicy) batonv1.DistributedLock {
+	return batonv1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       batonv1.DistributedLockSpec{LockIDs: []string{"job"}, TrafficPolicy: traffic},
+	}
+}
+
+func podIn(ns, name, sa string, injected bool, phase corev1.PodPhase) corev1.Pod {
+	p := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       corev1.PodSpec{ServiceAccountName: sa},
+		Status:     corev1.PodStatus{Phase: phase},
+	}
+	if injected {
+		p.Labels = map[string]string{inject.LabelInjected: "true"}
+	}
+	return p
+}
+
+func sa(ns, name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: "ServiceAccount", Namespace: ns, Name: name}
+}
+
+func TestDesired(t *testing.T) {
+	tests := []struct {
+		name   string
+		locks  []batonv1.DistributedLock
+		pods   []corev1.Pod
+		needed bool
+		want   sidecaraccess.Access
+	}{{
+		name: "empty namespace needs nothing",
+	}, {
+		name:  "objects of other namespaces and pods that are not injected do not count",
+		locks: []batonv1.DistributedLock{lockIn("other", "l", batonv1.TrafficLabel)},
+		pods:  []corev1.Pod{podIn("other", "a", "app", true, ""), podIn("ns", "b", "app", false, "")},
+	}, {
+		name:   "finished pods do not count",
+		pods:   []corev1.Pod{podIn("ns", "a", "app", true, corev1.PodSucceeded), podIn("ns", "b", "app", true, corev1.PodFailed)},
+		needed: false,
+	}, {
+		name:   "a lock without pods: status patch, no subjects",
+		locks:  []batonv1.DistributedLock{lockIn("ns", "l", "")},
+		needed: true,
+		want:   sidecaraccess.Access{Rules: []rbacv1.PolicyRule{statusRule}},
+	}, {
+		name:   "an injected pod without a lock still gets its grant",
+		pods:   []corev1.Pod{podIn("ns", "a", "app", true, corev1.PodRunning)},
+		needed: true,
+		want:   sidecaraccess.Access{Rules: []rbacv1.PolicyRule{statusRule}, Subjects: []rbacv1.Subject{sa("ns", "app")}},
+	}, {
+		name: "Label traffic adds pods patch; subjects sorted, deduplicated, default for none",
+		locks: []batonv1.DistributedLock{
+			lockIn("ns", "gate", batonv1.TrafficReadinessGate), lockIn("ns", "label", batonv1.TrafficLabel), lockIn("ns", "none", batonv1.TrafficNone),
+		},
+		pods: []corev1.Pod{
+			podIn("ns", "a", "zeta", true, corev1.PodRunning), podIn("ns", "b", "", true, corev1.PodPending),
+			podIn("ns", "c", "alpha", true, corev1.PodRunning), podIn("ns", "d", "zeta", true, corev1.PodRunning),
+			podIn("ns", "e", "plain", false, corev1.PodRunning), podIn("ns", "f", "done", true, corev1.PodSucceeded),
+		},
+		needed: true,
+		want: sidecaraccess.Access{
+			Rules:    []rbacv1.PolicyRule{statusRule, podsRule},
+			Subjects: []rbacv1.Subject{sa("ns", "alpha"), sa("ns", "default"), sa("ns", "zeta")},
+		},
+	}, {
+		name:   "ReadinessGate and None need no pods patch",
+		locks:  []batonv1.DistributedLock{lockIn("ns", "gate", batonv1.TrafficReadinessGate), lockIn("ns", "none", batonv1.TrafficNone)},
+		needed: true,
+		want:   sidecaraccess.Access{Rules: []rbacv1.PolicyRule{statusRule}},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, needed := sidecaraccess.Desired("ns", tc.locks, tc.pods)
+			if needed != tc.needed {
+				t.Fatalf("needed = %v, want %v", needed, tc.needed)
+			}
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("access =\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAccessObjects(t *testing.T) {
+	a := sidecaraccess.Access{Rules: []rbacv1.PolicyRule{statusRule}, Subjects: []rbacv1.Subject{sa("ns", "app")}}
+	role, rb := a.Role("ns"), a.RoleBinding("ns")
+	wantLabels := map[string]string{"app.kubernetes.io/managed-by": "baton-operator", "app.kubernetes.io/name": "baton"}
+	for _, m := range []metav1.ObjectMeta{role.ObjectMeta, rb.ObjectMeta} {
+		if m.Name != "baton-sidecar" || m.Namespace != "ns" || !equality.Semantic.DeepEqual(m.Labels, wantLabels) {
+			t.Errorf("metadata = %s/%s %v, want ns/baton-sidecar %v", m.Namespace, m.Name, m.Labels, wantLabels)
+		}
+	}
+	if want := (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "baton-sidecar"}); rb.RoleRef != want {
+		t.Errorf("roleRef = %+v, want %+v", rb.RoleRef, want)
+	}
+	// The binding does not share its subject list with a.
+	rb.Subjects[0].Name = "x"
+	if a.Subjects[0].Name != "app" {
+		t.Error("RoleBinding shares its subjects with the Access")
+	}
+}

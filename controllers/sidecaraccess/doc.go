@@ -1,0 +1,44 @@
+// Package sidecaraccess gives baton's sidecars the Kubernetes permissions they need, and no more.
+//
+// A sidecar writes exactly one thing to the API server: its own pod's baton.dev/lock-held
+// condition, with a PATCH of pods/status (traffic policy ReadinessGate), or its own pod's
+// baton.dev/role label, with a PATCH of pods (traffic policy Label). It runs with its pod's
+// service account, which it shares with the app.
+//
+// The model has two halves:
+//
+//   - RBAC: the Reconciler keeps, in every namespace that has a DistributedLock or an injected pod
+//     (label baton.dev/injected=true), a Role and a RoleBinding both named baton-sidecar. The Role
+//     allows patch on pods/status, and patch on pods as well when some DistributedLock of the
+//     namespace uses the Label traffic policy; nothing else (no get, list or watch). The
+//     RoleBinding's subjects are the service accounts of the namespace's injected pods. RBAC cannot
+//     name a pod that does not exist yet, so on its own this lets every such token patch every pod
+//     of the namespace.
+//   - Admission: the ValidatingAdmissionPolicy baton-sidecar-own-pod (config/policy) takes that
+//     RoleBinding as its parameter and, for requests of its subjects only, denies an update of a
+//     pod or its status unless the request carries a service-account token bound to that very
+//     pod (the token's pod-name and pod-uid claims, which the API server puts in the user's extra
+//     information), and denies any change other than the baton.dev/role label (pods) or the
+//     baton.dev/lock-held condition (pods/status).
+//
+// Together they mean that a compromised sidecar, or the app that shares its token, can flip its
+// own pod's condition or label and nothing else: not another pod's readiness, not its own spec,
+// labels or other conditions. Service accounts that are not subjects of the RoleBinding are left
+// to RBAC alone.
+//
+// What it does not guarantee:
+//   - The grant is per service account. A pod that is not injected but runs with the same service
+//     account gets the same narrow rights on its own pod; give baton workloads their own service
+//     account to avoid that. Conversely, an injected app whose service account must update other
+//     pods (a controller, say) is denied by the policy; run it with the policy left out.
+//   - Tokens that are not bound to a pod (legacy Secret tokens, TokenRequests without a bound
+//     object) of a subject are denied by the policy; the kubelet's projected token is bound.
+//   - Without the policy installed (it is plain manifests, not created by the operator), the Role
+//     still limits the sidecar to patching pods and their status, but of any pod in the namespace.
+//   - Pods that finished (phase Succeeded or Failed) no longer count: their sidecar does not run.
+//     The subjects follow the pods with the delay of the operator's watch, so a new pod's first
+//     patches may be refused until its service account is bound; the sidecar retries.
+//   - The operator needs patch on pods and pods/status itself: RBAC lets it grant only what it
+//     holds (escalation prevention). That is narrower than the alternative, the escalate and bind
+//     verbs on the Role.
+package sidecaraccess

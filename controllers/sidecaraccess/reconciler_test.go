@@ -1,0 +1,141 @@
+package sidecaraccess_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers/sidecaraccess"
+)
+
+func TestAccessFollowsLocksAndPods(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+
+	// A lock and no pods yet: the Role, and a RoleBinding without subjects.
+	dl := newLock(f.ns, "jobs", batonv1.TrafficReadinessGate)
+	create(t, f.c, dl)
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule})
+
+	// Injected pods: their service accounts, sorted, once each, "default" for none. A pod that is
+	// not injected grants nothing.
+	a, b := newPod(f.ns, "a", "worker", dl.Name, true), newPod(f.ns, "b", "worker", dl.Name, true)
+	c := newPod(f.ns, "c", "", dl.Name, true)
+	plain := newPod(f.ns, "plain", "bystander", "", false)
+	create(t, f.c, a, b, c, plain)
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule}, "default", "worker")
+
+	// The Label traffic policy needs patch on pods too.
+	dl.Spec.TrafficPolicy = batonv1.TrafficLabel
+	if err := f.c.Update(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "default", "worker")
+
+	// A finished pod's sidecar no longer runs: its service account drops out.
+	c.Status.Phase = corev1.PodSucceeded
+	if err := f.c.Status().Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+
+	// Drift is repaired: extra rules, foreign subjects, a deleted Role.
+	var role rbacv1.Role
+	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "baton-sidecar"}, &role); err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+	if err := f.c.Update(ctx, &role); err != nil {
+		t.Fatal(err)
+	}
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+	var rb rbacv1.RoleBinding
+	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "baton-sidecar"}, &rb); err != nil {
+		t.Fatal(err)
+	}
+	rb.Subjects = append(rb.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Namespace: f.ns, Name: "intruder"})
+	if err := f.c.Update(ctx, &rb); err != nil {
+		t.Fatal(err)
+	}
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+	remove(t, f.c, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "baton-sidecar"}})
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+
+	// Without the lock, the injected pods still need their grant; the pods patch goes.
+	remove(t, f.c, dl)
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule}, "worker")
+
+	// Nothing left that needs a sidecar: both are deleted.
+	remove(t, f.c, a, b, c)
+	expectNoAccess(t, f)
+
+	// An injected pod alone brings them back.
+	create(t, f.c, newPod(f.ns, "d", "other-worker", "jobs", true))
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule}, "other-worker")
+}
+
+// TestReconcileWritesOnlyWhatDiffers calls Reconcile directly, with a client that counts writes,
+// on namespaces whose state is already right: it must not write.
+func TestReconcileWritesOnlyWhatDiffers(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	dl := newLock(f.ns, "jobs", batonv1.TrafficLabel)
+	create(t, f.c, dl, newPod(f.ns, "a", "worker", dl.Name, true))
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+
+	var writes atomic.Int32
+	count := interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			writes.Add(1)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			writes.Add(1)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			writes.Add(1)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			writes.Add(1)
+			return c.Delete(ctx, obj, opts...)
+		},
+	}
+	// Reads go straight to the API server, so they see the state expectAccess saw.
+	r := &sidecaraccess.Reconciler{Client: interceptor.NewClient(f.c, count), Log: testLogger("direct")}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: f.ns, Name: "baton-sidecar"}}
+	for range 3 {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("Reconcile of a namespace in the desired state wrote %d times, want 0", n)
+	}
+
+	// A Role named baton-sidecar that the operator did not make, in a namespace that needs none,
+	// is left alone.
+	g := setup(t)
+	foreign := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: g.ns, Name: "baton-sidecar"}, Rules: []rbacv1.PolicyRule{statusRule}}
+	create(t, g.c, foreign)
+	req.Namespace = g.ns
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("Reconcile wrote %d times in a namespace with a foreign Role and no locks, want 0", n)
+	}
+	if err := g.c.Get(ctx, client.ObjectKeyFromObject(foreign), &rbacv1.Role{}); err != nil {
+		t.Errorf("foreign Role: %v", err)
+	}
+}

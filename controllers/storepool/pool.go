@@ -1,0 +1,280 @@
+// Package storepool keeps the operator's Cassandra sessions: one per distinct lock store
+// connection, shared by every DistributedLock that uses it, created on first use (with the schema
+// ensured, when asked) and closed after it has gone unused for a while.
+//
+// The operator only reads lock state and revokes grants through the lock package; it never holds
+// locks, so a session per connection is plenty.
+package storepool
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/go-logr/logr"
+
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+)
+
+// DefaultIdle is how long an unused session stays open.
+const DefaultIdle = 10 * time.Minute
+
+// closeTimeout bounds closing one session (see cassandrastore.CloseSession).
+const closeTimeout = 5 * time.Second
+
+// Target is one lock store connection with its secrets resolved: the key of a pooled session.
+type Target struct {
+	ContactPoints     []string
+	Keyspace          string
+	LocalDC           string
+	Consistency       string // QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL
+	SerialConsistency string // SERIAL or LOCAL_SERIAL
+	Username          string
+	Password          string
+	// TLS is on when CA or ClientCert is set; PEM bytes.
+	CA, ClientCert, ClientKey []byte
+}
+
+// String describes t for messages, without secrets.
+func (t Target) String() string {
+	auth := ""
+	if t.Username != "" {
+		auth = " as " + t.Username
+	}
+	tlsOn := ""
+	if len(t.CA) > 0 || len(t.ClientCert) > 0 {
+		tlsOn = " over TLS"
+	}
+	return fmt.Sprintf("Cassandra %v keyspace %s%s%s", t.ContactPoints, t.Keyspace, auth, tlsOn)
+}
+
+func (t Target) key() string {
+	b, _ := json.Marshal(t) // plain strings and byte slices: cannot fail
+	sum := sha256.Sum256(b)
+	return string(sum[:])
+}
+
+// connection turns t into the driver's connection settings.
+func (t Target) connection() (cassandrastore.Connection, error) {
+	cons, err := gocql.ParseConsistencyWrapper(t.Consistency)
+	if err != nil {
+		return cassandrastore.Connection{}, fmt.Errorf("consistency: %w", err)
+	}
+	serial, err := gocql.ParseConsistencyWrapper(t.SerialConsistency)
+	if err != nil {
+		return cassandrastore.Connection{}, fmt.Errorf("serial consistency: %w", err)
+	}
+	c := cassandrastore.Connection{
+		ContactPoints: t.ContactPoints, LocalDC: t.LocalDC,
+		Consistency: cons, SerialConsistency: serial,
+		Username: t.Username, Password: t.Password,
+	}
+	if len(t.CA) > 0 || len(t.ClientCert) > 0 {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if len(t.CA) > 0 {
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(t.CA) {
+				return cassandrastore.Connection{}, errors.New("TLS CA holds no PEM certificate")
+			}
+		}
+		if len(t.ClientCert) > 0 {
+			cert, err := tls.X509KeyPair(t.ClientCert, t.ClientKey)
+			if err != nil {
+				return cassandrastore.Connection{}, fmt.Errorf("TLS client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		c.TLS = tc
+	}
+	return c, nil
+}
+
+// Pool hands out lock stores by Target. It is safe for concurrent use; Close it when done.
+type Pool struct {
+	log          logr.Logger
+	ensureSchema bool
+	replication  string
+	idle         time.Duration
+	now          func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	closed  bool
+}
+
+type entry struct {
+	ready   chan struct{} // closed once session/store/err are set
+	session *gocql.Session
+	store   lock.Store
+	err     error
+	used    time.Time // guarded by Pool.mu
+}
+
+// Option configures a Pool.
+type Option func(*Pool)
+
+// WithEnsureSchema makes the pool create the keyspace and tables (cassandrastore.EnsureSchema,
+// with the CQL replication map given, or cassandrastore.DefaultReplication when empty) before it
+// first uses a connection.
+func WithEnsureSchema(replication string) Option {
+	return func(p *Pool) { p.ensureSchema, p.replication = true, replication }
+}
+
+// WithIdle sets how long an unused session stays open (default DefaultIdle).
+func WithIdle(d time.Duration) Option { return func(p *Pool) { p.idle = d } }
+
+// WithLogger sets the logger.
+func WithLogger(l logr.Logger) Option { return func(p *Pool) { p.log = l } }
+
+// New returns an empty pool.
+func New(opts ...Option) *Pool {
+	p := &Pool{log: logr.Discard(), idle: DefaultIdle, now: time.Now, entries: map[string]*entry{}}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// ErrClosed is returned by Store after Close.
+var ErrClosed = errors.New("storepool: closed")
+
+// Store returns the lock store of t, connecting on first use. A failed connection is not kept:
+// the next call tries again. Concurrent calls for the same target share one attempt.
+func (p *Pool) Store(ctx context.Context, t Target) (lock.Store, error) {
+	k := t.key()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	stale := p.sweepLocked(k)
+	e, ok := p.entries[k]
+	if !ok {
+		e = &entry{ready: make(chan struct{})}
+		p.entries[k] = e
+		go p.connect(t, k, e)
+	}
+	e.used = p.now()
+	p.mu.Unlock()
+	closeAll(stale)
+
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("connecting to %s: %w", t, ctx.Err())
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.store, nil
+}
+
+// connect fills e; on failure it drops e from the pool so that the next call retries.
+func (p *Pool) connect(t Target, k string, e *entry) {
+	defer close(e.ready)
+	session, store, err := p.open(t)
+	p.mu.Lock()
+	closed := p.closed
+	if err != nil && p.entries[k] == e {
+		delete(p.entries, k)
+	}
+	p.mu.Unlock()
+	if err == nil && closed {
+		cassandrastore.CloseSession(session, closeTimeout)
+		session, store, err = nil, nil, ErrClosed
+	}
+	e.session, e.store, e.err = session, store, err
+	if err == nil {
+		p.log.Info("connected to the lock store", "target", t.String())
+	}
+}
+
+func (p *Pool) open(t Target) (*gocql.Session, lock.Store, error) {
+	conn, err := t.connection()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", t, err)
+	}
+	session, err := conn.ClusterConfig().CreateSession()
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to %s: %w", t, err)
+	}
+	// Connection setup has its own timeouts; the schema statements get a generous bound.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if p.ensureSchema {
+		if err := cassandrastore.EnsureSchema(ctx, session, t.Keyspace, p.replication); err != nil {
+			// Without CREATE permission the schema may still exist; New says if it does not.
+			p.log.Error(err, "ensuring the lock schema", "target", t.String())
+		}
+	}
+	store, err := cassandrastore.New(ctx, session, cassandrastore.WithKeyspace(t.Keyspace),
+		cassandrastore.WithConsistency(conn.Consistency), cassandrastore.WithSerialConsistency(conn.SerialConsistency))
+	if err != nil {
+		cassandrastore.CloseSession(session, closeTimeout)
+		return nil, nil, fmt.Errorf("%s: %w", t, err)
+	}
+	return session, store, nil
+}
+
+// sweepLocked removes entries (other than keep) unused for longer than the idle time and returns
+// their sessions for closing outside the lock.
+func (p *Pool) sweepLocked(keep string) []*gocql.Session {
+	var stale []*gocql.Session
+	cutoff := p.now().Add(-p.idle)
+	for k, e := range p.entries {
+		if k == keep || !e.used.Before(cutoff) {
+			continue
+		}
+		select {
+		case <-e.ready:
+		default:
+			continue // still connecting
+		}
+		delete(p.entries, k)
+		if e.session != nil {
+			stale = append(stale, e.session)
+		}
+	}
+	return stale
+}
+
+// Len returns the number of pooled connections (including ones being set up).
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.entries)
+}
+
+// Close closes every session; later calls of Store fail with ErrClosed.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	var sessions []*gocql.Session
+	for k, e := range p.entries {
+		select {
+		case <-e.ready:
+			if e.session != nil {
+				sessions = append(sessions, e.session)
+			}
+		default:
+			// Still connecting: its goroutine finishes on its own timeouts.
+		}
+		delete(p.entries, k)
+	}
+	p.mu.Unlock()
+	closeAll(sessions)
+}
+
+func closeAll(sessions []*gocql.Session) {
+	for _, s := range sessions {
+		cassandrastore.CloseSession(s, closeTimeout)
+	}
+}

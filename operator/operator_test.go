@@ -1,0 +1,399 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/sidecar/api"
+)
+
+func TestOperatorHealthAndLeaderElection(t *testing.T) {
+	env := up(t)
+	if code := probe(env.probeAddr, "/healthz"); code != 200 {
+		t.Errorf("/healthz answered %d", code)
+	}
+	testenv.WaitFor(t, "a leader-election Lease with a holder", 30*time.Second, func() bool {
+		l, err := env.kube.CoordinationV1().Leases(operatorNamespace).Get(context.Background(), "baton-operator.baton.dev", metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
+	})
+	mwc, err := env.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "baton-inject", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mwc.Webhooks[0].ClientConfig.CABundle) == 0 {
+		t.Error("the operator did not write the caBundle of its MutatingWebhookConfiguration")
+	}
+}
+
+func newLock(ns, name string, mutate ...func(*batonv1.DistributedLock)) *batonv1.DistributedLock {
+	dl := &batonv1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       batonv1.DistributedLockSpec{LockIDs: []string{name}, LeaseDuration: &metav1.Duration{Duration: 3 * time.Second}},
+	}
+	for _, m := range mutate {
+		m(dl)
+	}
+	return dl
+}
+
+func create(t *testing.T, env *operatorEnv, obj client.Object) {
+	t.Helper()
+	if err := env.client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func appPod(ns, name, lockName string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{inject.AnnotationLock: lockName}},
+		Spec: corev1.PodSpec{ServiceAccountName: appAccount,
+			Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
+	}
+}
+
+func TestWebhookAdmitsThroughOperator(t *testing.T) {
+	env := up(t)
+	ns := newNamespace(t, env, "admit")
+	create(t, env, newLock(ns, "orders"))
+
+	pod := appPod(ns, "worker", "orders")
+	create(t, env, pod)
+	var sc *corev1.Container
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == inject.ContainerName {
+			sc = &pod.Spec.InitContainers[i]
+		}
+	}
+	if sc == nil || sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Fatalf("no native sidecar injected (server v1.37 supports them): init containers %+v", pod.Spec.InitContainers)
+	}
+	if pod.Labels[inject.LabelInjected] != "true" {
+		t.Errorf("labels %v lack %s=true", pod.Labels, inject.LabelInjected)
+	}
+
+	err := env.client.Create(context.Background(), appPod(ns, "lost", "no-such-lock"))
+	if err == nil || !strings.Contains(err.Error(), "DistributedLock "+ns+"/no-such-lock") {
+		t.Errorf("pod naming a missing lock: error %v, want one naming %s/no-such-lock", err, ns)
+	}
+
+	create(t, env, newLock(ns, "everywhere", func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal }))
+	err = env.client.Create(context.Background(), appPod(ns, "global", "everywhere"))
+	if err == nil || !strings.Contains(err.Error(), "spec.scope Global is not allowed in namespace") {
+		t.Errorf("Global lock outside the allow-list: error %v", err)
+	}
+	waitCondition(t, env, ns, "everywhere", batonv1.ConditionReady, metav1.ConditionFalse, controllers.ReasonScopeNotAllowed)
+}
+
+func TestGlobalScopeInAllowedNamespace(t *testing.T) {
+	env := up(t)
+	createNamespace(t, env, globalNamespace)
+	create(t, env, newLock(globalNamespace, "cluster-singleton", func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal }))
+	create(t, env, appPod(globalNamespace, "worker", "cluster-singleton"))
+	waitCondition(t, env, globalNamespace, "cluster-singleton", batonv1.ConditionReady, metav1.ConditionTrue, "StatusCurrent")
+}
+
+// TestStatusFollowsRealSidecars: sidecar processes started from the injected pods hold the lock on
+// the real Cassandra; the operator reports holder, token and waiters, emits HolderChanged on a
+// handoff, and revokes the holder by annotation.
+func TestStatusFollowsRealSidecars(t *testing.T) {
+	env := up(t)
+	ns := newNamespace(t, env, "status")
+	dl := newLock(ns, "orders")
+	create(t, env, dl)
+	pods := map[string]*corev1.Pod{}
+	for _, name := range []string{"web-a", "web-b"} {
+		pods[name] = appPod(ns, name, "orders")
+		create(t, env, pods[name])
+	}
+
+	a := runSidecar(t, env, pods["web-a"])
+	st := waitLock(t, env, ns, "orders", "web-a holds orders", func(s batonv1.LockStatus) bool { return s.Holder == "web-a" })
+	first := st.Token
+	b := runSidecar(t, env, pods["web-b"])
+	waitLock(t, env, ns, "orders", "web-b waiting", func(s batonv1.LockStatus) bool { return s.Holder == "web-a" && s.Waiting == 1 })
+	waitEvent(t, env, ns, "orders", controllers.ReasonHolderChanged, fmt.Sprintf("lock orders: nobody -> %s/web-a (token %d)", ns, first))
+	// Each sidecar, with its pod-bound token, sets its own pod's readiness condition.
+	testenv.WaitFor(t, "web-a's condition True and web-b's False", 30*time.Second, func() bool {
+		return podCondition(t, env, ns, "web-a") == corev1.ConditionTrue && podCondition(t, env, ns, "web-b") == corev1.ConditionFalse
+	})
+
+	got := &batonv1.DistributedLock{}
+	if err := env.client.Get(context.Background(), client.ObjectKeyFromObject(dl), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.ObservedGeneration != got.Generation {
+		t.Errorf("observedGeneration %d, generation %d", got.Status.ObservedGeneration, got.Generation)
+	}
+	for _, c := range []string{batonv1.ConditionReady, batonv1.ConditionStoreReachable, batonv1.ConditionRolloutSafe} {
+		if !meta.IsStatusConditionTrue(got.Status.Conditions, c) {
+			t.Errorf("condition %s not True: %+v", c, got.Status.Conditions)
+		}
+	}
+	if l := got.Status.Locks[0]; l.HolderNamespace != ns || l.AcquiredTime == nil || l.Transitions != 1 {
+		t.Errorf("lock status %+v", l)
+	}
+
+	// Graceful handoff: a's sidecar releases at SIGTERM; b is granted with a larger token.
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	st = waitLock(t, env, ns, "orders", "web-b holds orders", func(s batonv1.LockStatus) bool { return s.Holder == "web-b" })
+	if st.Token <= first {
+		t.Errorf("token after handoff %d, want > %d", st.Token, first)
+	}
+	second := st.Token
+	waitEvent(t, env, ns, "orders", controllers.ReasonHolderChanged,
+		fmt.Sprintf("lock orders: %s/web-a -> %s/web-b (token %d)", ns, ns, second))
+
+	// Revocation by annotation: recorded, annotation removed, holder fenced.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"orders"}}}`, batonv1.AnnotationRevoke)
+	if err := env.client.Patch(context.Background(), got, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+	st = waitLock(t, env, ns, "orders", "the revocation recorded", func(s batonv1.LockStatus) bool {
+		return s.LastRevocation != nil && s.LastRevocation.Token == second
+	})
+	if st.LastRevocation.Holder != ns+"/web-b" {
+		t.Errorf("revocation holder %q", st.LastRevocation.Holder)
+	}
+	waitEvent(t, env, ns, "orders", controllers.ReasonRevoked, fmt.Sprintf("revoked %s/web-b's grant (token %d)", ns, second))
+	testenv.WaitFor(t, "the annotation removed", 10*time.Second, func() bool {
+		cur := &batonv1.DistributedLock{}
+		err := env.client.Get(context.Background(), client.ObjectKeyFromObject(dl), cur)
+		_, still := cur.Annotations[batonv1.AnnotationRevoke]
+		return err == nil && !still
+	})
+	testenv.WaitFor(t, "web-b's sidecar to stop claiming the revoked grant", 10*time.Second, func() bool {
+		l, err := b.client.Lock(context.Background(), "orders")
+		return err == nil && (l.State != api.StateHeld || l.Token > second)
+	})
+	// b's sidecar queues again and, alone, is granted anew once the revoked record aged a lease.
+	st = waitLock(t, env, ns, "orders", "a new grant after the revocation", func(s batonv1.LockStatus) bool {
+		return s.Holder == "web-b" && s.Token > second
+	})
+	t.Logf("tokens: web-a %d, web-b %d, revoked, web-b again %d", first, second, st.Token)
+}
+
+func TestRolloutSafeCondition(t *testing.T) {
+	env := up(t)
+	ns := newNamespace(t, env, "rollout")
+	create(t, env, newLock(ns, "leader"))
+	labels := map[string]string{"app": "web"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{inject.AnnotationLock: "leader"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
+			},
+		},
+	}
+	create(t, env, dep)
+	c := waitCondition(t, env, ns, "leader", batonv1.ConditionRolloutSafe, metav1.ConditionFalse, controllers.ReasonRolloutWouldStall)
+	for _, want := range []string{"Deployment web", "maxUnavailable 25%", "0 of 3", "100%", "Recreate", "trafficPolicy to Label"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("RolloutSafe message %q lacks %q", c.Message, want)
+		}
+	}
+	waitEvent(t, env, ns, "leader", controllers.ReasonRolloutWouldStall, "Deployment web")
+
+	hundred := intstr.FromString("100%")
+	dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &hundred}}
+	if err := env.client.Update(context.Background(), dep); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, env, ns, "leader", batonv1.ConditionRolloutSafe, metav1.ConditionTrue, "RolloutsProceed")
+}
+
+func TestStoreUnreachableCondition(t *testing.T) {
+	env := up(t)
+	ns := newNamespace(t, env, "unreachable")
+	create(t, env, newLock(ns, "nowhere", func(d *batonv1.DistributedLock) {
+		d.Spec.Cassandra = &batonv1.CassandraConnection{ContactPoints: []string{"127.0.0.1:1"}}
+	}))
+	c := waitCondition(t, env, ns, "nowhere", batonv1.ConditionStoreReachable, metav1.ConditionFalse, controllers.ReasonStoreUnreachable)
+	if !strings.Contains(c.Message, "127.0.0.1:1") {
+		t.Errorf("StoreReachable message %q does not name the contact point", c.Message)
+	}
+	create(t, env, newLock(ns, "nosecret", func(d *batonv1.DistributedLock) {
+		d.Spec.Cassandra = &batonv1.CassandraConnection{CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "cassandra-creds"}}
+	}))
+	c = waitCondition(t, env, ns, "nosecret", batonv1.ConditionStoreReachable, metav1.ConditionFalse, controllers.ReasonStoreUnreachable)
+	if want := "Secret " + ns + "/cassandra-creds named in spec.cassandra not found"; !strings.Contains(c.Message, want) {
+		t.Errorf("message %q lacks %q", c.Message, want)
+	}
+	waitCondition(t, env, ns, "nosecret", batonv1.ConditionReady, metav1.ConditionFalse, controllers.ReasonStoreUnreachable)
+}
+
+// waitCondition waits for condition typ of DistributedLock ns/name to have status and reason.
+func waitCondition(t *testing.T, env *operatorEnv, ns, name, typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var c metav1.Condition
+	testenv.WaitFor(t, fmt.Sprintf("condition %s=%s (%s) on %s/%s", typ, status, reason, ns, name), 60*time.Second, func() bool {
+		dl := &batonv1.DistributedLock{}
+		if err := env.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dl); err != nil {
+			return false
+		}
+		p := meta.FindStatusCondition(dl.Status.Conditions, typ)
+		if p == nil || p.Status != status || p.Reason != reason {
+			return false
+		}
+		c = *p
+		return true
+	})
+	return c
+}
+
+// waitLock waits until the status of the first lock of ns/name satisfies ok.
+func waitLock(t *testing.T, env *operatorEnv, ns, name, what string, ok func(batonv1.LockStatus) bool) batonv1.LockStatus {
+	t.Helper()
+	var st batonv1.LockStatus
+	testenv.WaitFor(t, what, 60*time.Second, func() bool {
+		dl := &batonv1.DistributedLock{}
+		if err := env.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dl); err != nil || len(dl.Status.Locks) == 0 {
+			return false
+		}
+		st = dl.Status.Locks[0]
+		return ok(st)
+	})
+	return st
+}
+
+// waitEvent waits for an Event about DistributedLock ns/name with reason whose note contains note.
+func waitEvent(t *testing.T, env *operatorEnv, ns, name, reason, note string) eventsv1.Event {
+	t.Helper()
+	var found eventsv1.Event
+	testenv.WaitFor(t, fmt.Sprintf("event %s %q", reason, note), 30*time.Second, func() bool {
+		list, err := env.kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "DistributedLock" && e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
+				found = e
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// sidecarProc is a sidecar process running for an injected pod.
+type sidecarProc struct {
+	cmd    *exec.Cmd
+	client *api.Client
+	out    *testenv.SyncBuffer
+	exited chan error
+}
+
+// runSidecar runs the sidecar binary with the environment the webhook gave the pod's baton
+// container, resolving the downward-API fields as the kubelet would. The socket moves to a test
+// directory; the sidecar reaches the API server with a token bound to its pod, as the kubelet's
+// projected service-account token is, so the operator's Role and the admission policy apply.
+func runSidecar(t *testing.T, env *operatorEnv, pod *corev1.Pod) *sidecarProc {
+	t.Helper()
+	var sc *corev1.Container
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == inject.ContainerName {
+				sc = &list[i]
+			}
+		}
+	}
+	if sc == nil {
+		t.Fatalf("pod %s has no %s container", pod.Name, inject.ContainerName)
+	}
+	environ := []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range sc.Env {
+		v := e.Value
+		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
+			switch f.FieldRef.FieldPath {
+			case "metadata.namespace":
+				v = pod.Namespace
+			case "metadata.name":
+				v = pod.Name
+			case "metadata.uid":
+				v = string(pod.UID)
+			default:
+				t.Fatalf("env %s: unexpected field %s", e.Name, f.FieldRef.FieldPath)
+			}
+		}
+		environ = append(environ, e.Name+"="+v)
+	}
+	socket := filepath.Join(t.TempDir(), "baton.sock")
+	environ = append(environ, "BATON_SOCKET="+socket, "BATON_KUBECONFIG="+podKubeconfig(t, env, pod), "BATON_METRICS_ADDR=127.0.0.1:0")
+	p := &sidecarProc{client: api.NewClient(socket), out: &testenv.SyncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(sidecarBinary, sc.Args...)
+	p.cmd.Env = environ
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("sidecar of %s (args %q, env %q):\n%s", pod.Name, sc.Args, environ, p.out.String())
+		}
+	})
+	testenv.WaitFor(t, "sidecar of "+pod.Name+" to serve its socket", 30*time.Second, func() bool {
+		_, err := p.client.Locks(context.Background())
+		return err == nil
+	})
+	return p
+}
+
+// podKubeconfig writes a kubeconfig holding a service-account token bound to pod.
+func podKubeconfig(t *testing.T, env *operatorEnv, pod *corev1.Pod) string {
+	t.Helper()
+	tr, err := env.kube.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(context.Background(), pod.Spec.ServiceAccountName,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for pod %s: %v", pod.Name, err)
+	}
+	return testenv.WriteKubeconfig(t, &rest.Config{Host: env.cfg.Host, BearerToken: tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: env.cfg.CAData}})
+}
+
+// podCondition returns the status of pod ns/name's baton.dev/lock-held condition ("" if unset).
+func podCondition(t *testing.T, env *operatorEnv, ns, name string) corev1.ConditionStatus {
+	t.Helper()
+	pod, err := env.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == inject.ReadinessGate {
+			return c.Status
+		}
+	}
+	return ""
+}

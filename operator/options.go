@@ -1,0 +1,233 @@
+// Package operator runs baton's operator: the sidecar-injecting admission webhook (with its
+// serving certificate), the DistributedLock status reconciler and the per-namespace sidecar
+// permissions, under one controller-runtime manager with leader election, metrics and health
+// endpoints. cmd/operator is a thin main around ParseOptions and Run.
+package operator
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/sidecar"
+)
+
+// Webhook certificate modes.
+const (
+	// CertsSelf: the operator creates and rotates the serving certificate in a Secret
+	// (open-policy-agent/cert-controller) and writes its CA into the MutatingWebhookConfiguration.
+	CertsSelf = "self"
+	// CertsExternal: something else (cert-manager) writes the Secret and the caBundle; the
+	// operator serves whatever appears in the certificate directory.
+	CertsExternal = "external"
+)
+
+// Native-sidecar modes.
+const (
+	NativeAuto  = "auto"
+	NativeTrue  = "true"
+	NativeFalse = "false"
+)
+
+// Options are the operator's settings, one flag each (see Usage).
+type Options struct {
+	Kubeconfig  string
+	Namespace   string // the operator's namespace: leader-election Lease and webhook Secret
+	MetricsAddr string
+	ProbeAddr   string
+
+	LeaderElect      bool
+	LeaderElectionID string
+
+	WebhookPort          int
+	WebhookCertDir       string
+	WebhookCerts         string // CertsSelf or CertsExternal
+	WebhookSecret        string
+	WebhookService       string
+	WebhookConfiguration string
+	// WebhookExtraDNSNames are more names for the self-made certificate, for a webhook reached by
+	// URL (out-of-cluster development and tests).
+	WebhookExtraDNSNames []string
+
+	// Inject is the sidecar configuration (image, resources, default Cassandra connection,
+	// Global allow-list). NativeSidecars in it is decided by NativeSidecars below.
+	Inject         inject.Config
+	NativeSidecars string // NativeAuto, NativeTrue or NativeFalse
+
+	// Operator's own credentials for the default contact points: files from a mounted Secret.
+	CassandraUsernameFile, CassandraPasswordFile      string
+	CassandraTLSCA, CassandraTLSCert, CassandraTLSKey string
+
+	EnsureSchema      bool
+	SchemaReplication string
+	StatusInterval    time.Duration
+	LogVerbosity      int
+}
+
+// flagSet declares every flag into o, with its default.
+func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, map[string]*string) {
+	fs := flag.NewFlagSet("baton-operator", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file, outside a cluster (default: in-cluster config or $KUBECONFIG)")
+	fs.StringVar(&o.Namespace, "namespace", getenv("POD_NAMESPACE"), "the operator's namespace, for its leader-election Lease and webhook Secret (default $POD_NAMESPACE)")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one replica to run the reconcilers (every replica serves the webhook)")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "baton-operator.baton.dev", "name of the leader-election Lease")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/var/run/baton/webhook-certs", "directory holding the webhook's tls.crt and tls.key (the mounted webhook Secret)")
+	fs.StringVar(&o.WebhookCerts, "webhook-certs", CertsSelf, "who provides the webhook serving certificate: self (the operator creates and rotates it) or external (e.g. cert-manager)")
+	fs.StringVar(&o.WebhookSecret, "webhook-secret", "baton-webhook-tls", "Secret in --namespace holding the webhook serving certificate")
+	fs.StringVar(&o.WebhookService, "webhook-service", "baton-webhook", "Service in --namespace in front of the webhook (its DNS name is in the certificate)")
+	fs.StringVar(&o.WebhookConfiguration, "webhook-configuration", "baton-inject", "MutatingWebhookConfiguration whose caBundle the operator maintains")
+	fs.StringVar(&o.Inject.Image, "sidecar-image", "", "sidecar image (required), e.g. ghcr.io/baton-dev/baton:v0.1.0")
+	fs.BoolVar(&o.EnsureSchema, "ensure-schema", true, "create the lock keyspace and tables when the operator first uses a connection")
+	fs.StringVar(&o.SchemaReplication, "schema-replication", cassandrastore.DefaultReplication, "CQL replication map of a keyspace the operator creates")
+	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "how often DistributedLock status is re-read from the lock store")
+	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
+	fs.StringVar(&o.NativeSidecars, "native-sidecars", NativeAuto, "inject native sidecars (Kubernetes >= 1.29): auto (from the server version), true or false")
+	fs.DurationVar(&o.Inject.ShutdownTimeout, "sidecar-shutdown-timeout", sidecar.DefaultShutdownTimeout, "how long a sidecar may take to release its locks at shutdown (at most 5m)")
+	fs.StringVar(&o.CassandraUsernameFile, "cassandra-username-file", "", "file holding the operator's Cassandra user name for the default contact points")
+	fs.StringVar(&o.CassandraPasswordFile, "cassandra-password-file", "", "file holding the operator's Cassandra password")
+	fs.StringVar(&o.CassandraTLSCA, "cassandra-tls-ca", "", "PEM CA bundle verifying the default Cassandra servers (turns TLS on)")
+	fs.StringVar(&o.CassandraTLSCert, "cassandra-tls-cert", "", "PEM client certificate for the default Cassandra")
+	fs.StringVar(&o.CassandraTLSKey, "cassandra-tls-key", "", "PEM client key for the default Cassandra")
+	fs.StringVar(&o.Inject.Cassandra.Keyspace, "cassandra-keyspace", "baton", "default Cassandra keyspace")
+	fs.StringVar(&o.Inject.Cassandra.LocalDC, "cassandra-local-dc", "", "default local data centre (required by LOCAL_* consistencies)")
+	raw := map[string]*string{
+		"sidecar-image-pull-policy":    fs.String("sidecar-image-pull-policy", string(corev1.PullIfNotPresent), "sidecar image pull policy: Always, IfNotPresent or Never"),
+		"sidecar-cpu-request":          fs.String("sidecar-cpu-request", "10m", "sidecar CPU request (empty: none)"),
+		"sidecar-cpu-limit":            fs.String("sidecar-cpu-limit", "", "sidecar CPU limit (empty: none)"),
+		"sidecar-memory-request":       fs.String("sidecar-memory-request", "32Mi", "sidecar memory request (empty: none)"),
+		"sidecar-memory-limit":         fs.String("sidecar-memory-limit", "64Mi", "sidecar memory limit (empty: none)"),
+		"cassandra-hosts":              fs.String("cassandra-hosts", "", "default Cassandra contact points, host[:port],..."),
+		"cassandra-consistency":        fs.String("cassandra-consistency", string(batonv1.ConsistencyQuorum), "default consistency: QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL"),
+		"cassandra-serial-consistency": fs.String("cassandra-serial-consistency", string(batonv1.SerialConsistencySerial), "default serial consistency: SERIAL or LOCAL_SERIAL"),
+		"webhook-extra-dns-names":      fs.String("webhook-extra-dns-names", "", "more DNS names for the self-made webhook certificate, comma-separated (for a webhook reached by URL)"),
+		"global-namespaces":            fs.String("global-namespaces", "", `namespaces allowed to use scope Global, comma-separated ("*": all)`),
+	}
+	return fs, raw
+}
+
+// ParseOptions reads the operator's flags; getenv supplies POD_NAMESPACE. It returns flag.ErrHelp
+// for -h, and every problem at once otherwise.
+func ParseOptions(args []string, getenv func(string) string) (Options, error) {
+	var o Options
+	fs, raw := o.flagSet(getenv)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Options{}, err
+		}
+		return Options{}, fmt.Errorf("operator: %w (run with -h for the list of flags)", err)
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("operator: unexpected argument %q: every setting is a --flag", fs.Arg(0))
+	}
+	var errs []error
+	o.Inject.ImagePullPolicy = corev1.PullPolicy(*raw["sidecar-image-pull-policy"])
+	o.Inject.Cassandra.ContactPoints = splitList(*raw["cassandra-hosts"])
+	o.Inject.Cassandra.Consistency = batonv1.Consistency(strings.ToUpper(strings.TrimSpace(*raw["cassandra-consistency"])))
+	o.Inject.Cassandra.SerialConsistency = batonv1.SerialConsistency(strings.ToUpper(strings.TrimSpace(*raw["cassandra-serial-consistency"])))
+	o.Inject.GlobalNamespaces = splitList(*raw["global-namespaces"])
+	o.WebhookExtraDNSNames = splitList(*raw["webhook-extra-dns-names"])
+	o.Inject.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	for flagName, dst := range map[string]corev1.ResourceList{
+		"sidecar-cpu-request": o.Inject.Resources.Requests, "sidecar-memory-request": o.Inject.Resources.Requests,
+		"sidecar-cpu-limit": o.Inject.Resources.Limits, "sidecar-memory-limit": o.Inject.Resources.Limits,
+	} {
+		v := strings.TrimSpace(*raw[flagName])
+		if v == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s=%q: want a quantity such as 10m or 64Mi", flagName, v))
+			continue
+		}
+		name := corev1.ResourceCPU
+		if strings.Contains(flagName, "memory") {
+			name = corev1.ResourceMemory
+		}
+		dst[name] = q
+	}
+	if len(o.Inject.Resources.Requests) == 0 && len(o.Inject.Resources.Limits) == 0 {
+		// Every resource flag set empty on purpose: no requests or limits at all.
+		o.Inject.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{}}
+	}
+	if err := errors.Join(append(errs, o.Validate())...); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
+// Validate checks o and returns every problem at once.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("operator: "+format, args...)) }
+	if err := o.Inject.Validate(); err != nil {
+		bad("%w", err)
+	}
+	if o.Namespace == "" {
+		bad("--namespace is empty and POD_NAMESPACE is not set: give the operator's namespace")
+	}
+	if o.WebhookPort < 1 || o.WebhookPort > 65535 {
+		bad("--webhook-port=%d: want 1 to 65535", o.WebhookPort)
+	}
+	if o.WebhookCerts != CertsSelf && o.WebhookCerts != CertsExternal {
+		bad("--webhook-certs=%q: use self or external", o.WebhookCerts)
+	}
+	for flagName, v := range map[string]string{"webhook-cert-dir": o.WebhookCertDir, "webhook-secret": o.WebhookSecret,
+		"webhook-service": o.WebhookService, "webhook-configuration": o.WebhookConfiguration, "leader-election-id": o.LeaderElectionID} {
+		if strings.TrimSpace(v) == "" {
+			bad("--%s is empty", flagName)
+		}
+	}
+	switch o.NativeSidecars {
+	case NativeAuto, NativeTrue, NativeFalse:
+	default:
+		bad("--native-sidecars=%q: use auto, true or false", o.NativeSidecars)
+	}
+	if o.StatusInterval < time.Second || o.StatusInterval > time.Hour {
+		bad("--status-interval=%v: use 1s to 1h", o.StatusInterval)
+	}
+	if (o.CassandraUsernameFile == "") != (o.CassandraPasswordFile == "") {
+		bad("--cassandra-username-file and --cassandra-password-file go together")
+	}
+	if (o.CassandraTLSCert == "") != (o.CassandraTLSKey == "") {
+		bad("--cassandra-tls-cert and --cassandra-tls-key go together")
+	}
+	if o.LogVerbosity < 0 {
+		bad("--log-verbosity=%d: want 0 or more", o.LogVerbosity)
+	}
+	return errors.Join(errs...)
+}
+
+// Usage writes the flag list to w.
+func Usage(w io.Writer) {
+	var o Options
+	fs, _ := o.flagSet(os.Getenv)
+	fs.SetOutput(w)
+	fmt.Fprintln(w, "baton operator: sidecar injection, DistributedLock status and sidecar permissions.\nFlags:")
+	fs.PrintDefaults()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

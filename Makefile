@@ -49,21 +49,34 @@ CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CO
 # API packages (one per group version) and where their CRDs go.
 API_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard api/*/*_types.go))))
 CRD_DIR  := config/crd/bases
+# Operator RBAC comes from the +kubebuilder:rbac markers of these packages.
+RBAC_DIR   := config/rbac
+RBAC_PATHS := paths=./controllers/... paths=./operator/...
+# The Helm chart ships copies of config/: the CRDs in crds/, the operator's ClusterRole (its rules
+# become the chart's) in files/operator-role.yaml and the sidecar access policy in files/policy/.
+# Nothing else lives in those two directories. A source that does not exist (yet) is left out.
+CHART_DIR  := charts/baton
+POLICY_DIR := config/policy
+POLICIES    = $(filter-out %/kustomization.yaml,$(wildcard $(POLICY_DIR)/*.yaml))
+define chart-copies
+rm -rf $(1)/crds $(1)/files; mkdir -p $(1)/crds $(1)/files; \
+  cp $(CRD_DIR)/*.yaml $(1)/crds/; \
+  if [ -f $(RBAC_DIR)/role.yaml ]; then cp $(RBAC_DIR)/role.yaml $(1)/files/operator-role.yaml; fi; \
+  $(if $(POLICIES),mkdir -p $(1)/files/policy; cp $(POLICIES) $(1)/files/policy/)
+endef
 
 .PHONY: generate
 generate: ## regenerate zz_generated.deepcopy.go in api/ from the Go types
 	$(CONTROLLER_GEN) object:headerFile="" paths=./api/...
 
 .PHONY: manifests
-manifests: ## regenerate the CRDs in config/crd/bases from the kubebuilder markers in api/
+manifests: ## regenerate the CRDs (config/crd/bases) and the operator's ClusterRole (config/rbac) from kubebuilder markers, and their copies in the chart
 	$(CONTROLLER_GEN) crd output:crd:artifacts:config=$(CRD_DIR) paths=./api/...
-# RBAC: there are no +kubebuilder:rbac markers yet, so `rbac:roleName=baton-operator paths=./...`
-# generates nothing. Once the reconciler has them, add:
-#	$(CONTROLLER_GEN) rbac:roleName=baton-operator output:rbac:artifacts:config=config/rbac paths=./...
-# (and config/rbac to check-generated below).
+	$(CONTROLLER_GEN) rbac:roleName=baton-operator output:rbac:artifacts:config=$(RBAC_DIR) $(RBAC_PATHS)
+	@$(call chart-copies,$(CHART_DIR))
 
 .PHONY: check-generated
-check-generated: ## fail when zz_generated.deepcopy.go or the CRDs differ from what the api/ types generate
+check-generated: ## fail when zz_generated.deepcopy.go, the CRDs or the RBAC differ from what the markers generate, or the chart's copies from config/
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; stale=; \
 	  for d in $(API_DIRS); do \
 	    $(CONTROLLER_GEN) object:headerFile="" crd output:object:dir="$$tmp/obj/$$d" \
@@ -71,6 +84,10 @@ check-generated: ## fail when zz_generated.deepcopy.go or the CRDs differ from w
 	    diff -u "$$d/zz_generated.deepcopy.go" "$$tmp/obj/$$d/zz_generated.deepcopy.go" || stale=1; \
 	  done; \
 	  diff -ru $(CRD_DIR) "$$tmp/crd" || stale=1; \
+	  $(CONTROLLER_GEN) rbac:roleName=baton-operator output:rbac:dir="$$tmp/rbac" $(RBAC_PATHS); \
+	  diff -ru $(RBAC_DIR) "$$tmp/rbac" || stale=1; \
+	  $(call chart-copies,$$tmp/chart); \
+	  for d in crds files; do diff -ruN $(CHART_DIR)/$$d "$$tmp/chart/$$d" || stale=1; done; \
 	  if [ -n "$$stale" ]; then echo "generated files are stale: run make generate manifests"; exit 1; fi
 
 .PHONY: soak

@@ -275,7 +275,8 @@ func createNamespace(t *testing.T, env *operatorEnv, ns string) {
 
 // installRBACAndPolicy installs what the chart installs around the operator: the generated
 // ClusterRole bound to the operator's service account, the Role in its namespace (leader
-// election, webhook Secret, events) and the sidecar admission policy.
+// election, webhook Secret, events; the same rules as charts/baton/templates/rbac.yaml), the
+// empty webhook Secret and the sidecar admission policy.
 func installRBACAndPolicy(ctx context.Context, c client.Client, scheme *runtime.Scheme) error {
 	var objs []client.Object
 	for _, path := range []string{"../config/rbac/role.yaml", "../config/policy/sidecar-own-pod.yaml"} {
@@ -298,7 +299,7 @@ func installRBACAndPolicy(ctx context.Context, c client.Client, scheme *runtime.
 			ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "baton-operator"},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
 				{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			},
 		},
@@ -306,7 +307,10 @@ func installRBACAndPolicy(ctx context.Context, c client.Client, scheme *runtime.
 			ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "baton-operator"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "baton-operator"},
 			Subjects:   []rbacv1.Subject{account},
-		})
+		},
+		// The chart ships the webhook Secret empty; the operator fills it.
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: "baton-webhook-tls"}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil}})
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("installing %T %s: %w", o, o.GetName(), err)

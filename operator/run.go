@@ -197,6 +197,10 @@ func ensureSecret(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme,
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil},
 	}
+	// Get first: the chart ships the Secret and need not grant create.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{}); err == nil {
+		return nil
+	}
 	if err := c.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("operator: creating webhook Secret %s/%s: %w", namespace, name, err)
 	}

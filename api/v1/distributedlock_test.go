@@ -22,8 +22,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
@@ -453,16 +451,11 @@ func TestLeaseNotADuration(t *testing.T) {
 	}
 }
 
-// TestKubectlGet runs the real kubectl against the test API server. Under CI a missing kubectl
+// TestKubectlGet runs the real kubectl (built from k8s.io/kubernetes at the API server's version,
+// not whatever is on PATH) against the test API server. Under CI a kubectl that cannot be built
 // fails the test.
 func TestKubectlGet(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatal("kubectl not on PATH: install it (the machine image has it at /usr/bin/kubectl)")
-		}
-		t.Skip("kubectl not on PATH")
-	}
+	kubectl := testenv.Kubectl(t)
 	c, ns := newClient(t)
 	ctx := context.Background()
 	dl := newLock(ns, "orders", batonv1.DistributedLockSpec{LockIDs: []string{"orders", "billing"}})
@@ -474,16 +467,7 @@ func TestKubectlGet(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := kube.Config(t)
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test", Namespace: ns}
-	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
+	path := testenv.WriteKubeconfig(t, kube.Config(t))
 	for _, tc := range []struct {
 		args   []string
 		header string
@@ -492,7 +476,7 @@ func TestKubectlGet(t *testing.T) {
 		{[]string{"get", "dlock", "-o", "wide"}, "NAME LOCKS HOLDER TOKEN WAITING MODE TRAFFIC READY AGE"},
 	} {
 		args := tc.args
-		out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", path}, args...)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", path, "--namespace", ns}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}

@@ -1,6 +1,6 @@
-// Command kube builds and caches the Kubernetes control plane used by the
-// tests (kube-apiserver, kube-controller-manager and etcd, built from Go
-// modules; see internal/localkube).
+// Command kube builds and caches the Kubernetes control plane and the client
+// tools used by the tests (kube-apiserver, kube-controller-manager, etcd,
+// kubectl and helm, built from Go modules; see internal/localkube).
 //
 //	go run ./hack/kube install   # build if needed, print the bin dir
 //	go run ./hack/kube path      # print the bin dir if built, exit 1 otherwise
@@ -27,9 +27,10 @@ import (
 
 const usage = `usage: go run ./hack/kube <install|path> [-timeout 45m]
 
-  install  build kube-apiserver and kube-controller-manager %s and etcd %s from
-           Go modules into the cache if they are not there yet (the first run
-           takes about 5-7 minutes on 2 cores), then print the bin directory
+  install  build kube-apiserver, kube-controller-manager and kubectl %[1]s, etcd %[2]s
+           and helm %[3]s from Go modules into the cache if they are not there
+           yet (the first run takes about 8-10 minutes on 2 cores), then print
+           the bin directory (it holds kubectl too; helm's path goes to stderr)
   path     print the bin directory if the binaries are built; exit 1 otherwise
 
 The bin directory can be used as KUBEBUILDER_ASSETS for controller-runtime's envtest.
@@ -40,7 +41,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	printUsage := func() { fmt.Fprintf(stderr, usage, localkube.KubernetesVersion, localkube.EtcdVersion) }
+	printUsage := func() {
+		fmt.Fprintf(stderr, usage, localkube.KubernetesVersion, localkube.EtcdVersion, localkube.HelmVersion)
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 			printUsage()
@@ -75,10 +78,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
 		binDir, err := localkube.Install(ctx, cfg)
+		if err == nil {
+			_, err = localkube.Kubectl(ctx, cfg)
+		}
+		var helm string
+		if err == nil {
+			helm, err = localkube.Helm(ctx, cfg)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "kube: %v\n", err)
 			return 1
 		}
+		fmt.Fprintf(stderr, "kube: helm %s is %s\n", localkube.HelmVersion, helm)
 		fmt.Fprintln(stdout, binDir)
 		return 0
 	case "path":

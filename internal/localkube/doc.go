@@ -1,7 +1,8 @@
 // Package localkube builds the real Kubernetes control-plane binaries
-// (kube-apiserver, kube-controller-manager and etcd) from their Go modules,
-// caches them by version, and starts controller-runtime's envtest against
-// them — without Docker, kind, or downloaded release tarballs.
+// (kube-apiserver, kube-controller-manager and etcd) and the client tools
+// (kubectl and helm) from their Go modules, caches them by version, and
+// starts controller-runtime's envtest against them — without Docker, kind,
+// or downloaded release tarballs.
 //
 // # Install
 //
@@ -28,6 +29,28 @@
 // redone; a finished one makes Install a cheap no-op. Concurrent installs from
 // several processes (e.g. parallel test packages) are serialised with a file
 // lock. The Go module proxy must serve the modules (GOPROXY as configured).
+//
+// # kubectl and helm
+//
+// [Kubectl] and [Helm] build one binary each on first use, the same way, and
+// return its path; each has its own stamp, so adding or rebuilding one never
+// rebuilds another:
+//
+//	.../baton/kube/<KubernetesVersion>/
+//	    src/kubectl/        the kube module's go.mod with a tool directive for
+//	                        k8s.io/kubernetes/cmd/kubectl
+//	    bin/kubectl         stamped like the control plane
+//	    .installed-kubectl
+//	.../baton/kube/helm/<HelmVersion>/
+//	    src/helm/           requires helm.sh/helm/v3 HelmVersion (the versions
+//	                        of helm's own go.mod) with a tool directive for
+//	                        helm.sh/helm/v3/cmd/helm
+//	    bin/helm            stamped like a helm release build
+//	    .installed-helm
+//
+// kubectl reuses most of kube-apiserver's packages from the Go build cache,
+// so it takes about half a minute after the control plane; helm about a
+// minute more. `go run ./hack/kube install` builds everything.
 //
 // # Using the binaries in tests
 //

@@ -160,8 +160,10 @@ func (b *builder) build(ctx context.Context) error {
 	start := time.Now()
 	fmt.Fprintf(b.cfg.Progress, "localkube: building the Kubernetes %s control plane and etcd %s from Go modules into %s\n", KubernetesVersion, EtcdVersion, b.dir)
 	_ = os.Remove(filepath.Join(b.dir, stampFile))
+	// Only this build's own sources are redone: kubectl (see Kubectl) shares
+	// the directory and keeps its own stamp.
 	srcDir := filepath.Join(b.dir, "src")
-	for _, d := range []string{srcDir, b.binDir} {
+	for _, d := range []string{filepath.Join(srcDir, "kube"), filepath.Join(srcDir, "etcd")} {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("localkube: install: %w", err)
 		}
@@ -186,12 +188,8 @@ func (b *builder) build(ctx context.Context) error {
 		return fmt.Errorf("%w (build log %s)", err, logPath)
 	}
 
-	tmp := filepath.Join(b.dir, stampFile+".tmp")
-	if err := os.WriteFile(tmp, []byte(stamp()), 0o644); err != nil {
-		return fmt.Errorf("localkube: install: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(b.dir, stampFile)); err != nil {
-		return fmt.Errorf("localkube: install: %w", err)
+	if err := writeStamp(filepath.Join(b.dir, stampFile), stamp()); err != nil {
+		return err
 	}
 	fmt.Fprintf(b.cfg.Progress, "localkube: control plane ready in %s after %s\n", b.binDir, since(start))
 	return nil
@@ -232,25 +230,9 @@ func main() { etcdmain.Main(os.Args) }
 
 func (b *builder) buildKube(ctx context.Context, src string) error {
 	fmt.Fprintf(b.cfg.Progress, "localkube: resolving %s@%s and its staging modules...\n", kubeModule, KubernetesVersion)
-	// A minimal go.mod first, so that the go command does not look for one
-	// in the parent directories.
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module baton.local/localkube/kube\n"), 0o644); err != nil {
-		return fmt.Errorf("localkube: install: %w", err)
-	}
-	out, err := b.goCmd(ctx, src, "mod", "download", "-json", kubeModule+"@"+KubernetesVersion)
+	upstream, err := b.upstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
 	if err != nil {
-		return fmt.Errorf("localkube: download %s@%s: %w", kubeModule, KubernetesVersion, err)
-	}
-	var info struct{ GoMod, Error string }
-	if err := json.Unmarshal(out, &info); err != nil {
-		return fmt.Errorf("localkube: go mod download %s@%s: %w", kubeModule, KubernetesVersion, err)
-	}
-	if info.Error != "" || info.GoMod == "" {
-		return fmt.Errorf("localkube: go mod download %s@%s: %s", kubeModule, KubernetesVersion, info.Error)
-	}
-	upstream, err := os.ReadFile(info.GoMod)
-	if err != nil {
-		return fmt.Errorf("localkube: read %s go.mod: %w", kubeModule, err)
+		return err
 	}
 	goMod, err := kubeGoMod(upstream)
 	if err != nil {
@@ -291,6 +273,31 @@ func (b *builder) buildEtcd(ctx context.Context, src string) error {
 	return b.goBuild(ctx, src, Etcd, ".", "", EtcdVersion, "~1 minute")
 }
 
+// upstreamGoMod downloads module@version into the module cache and returns
+// its go.mod. It first writes a minimal go.mod into src, so that the go
+// command does not look for one in the parent directories.
+func (b *builder) upstreamGoMod(ctx context.Context, src, module, version string) ([]byte, error) {
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module baton.local/localkube/download\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("localkube: install: %w", err)
+	}
+	out, err := b.goCmd(ctx, src, "mod", "download", "-json", module+"@"+version)
+	if err != nil {
+		return nil, fmt.Errorf("localkube: download %s@%s: %w", module, version, err)
+	}
+	var info struct{ GoMod, Error string }
+	if err := json.Unmarshal(out, &info); err != nil {
+		return nil, fmt.Errorf("localkube: go mod download %s@%s: %w", module, version, err)
+	}
+	if info.Error != "" || info.GoMod == "" {
+		return nil, fmt.Errorf("localkube: go mod download %s@%s: %s", module, version, info.Error)
+	}
+	upstream, err := os.ReadFile(info.GoMod)
+	if err != nil {
+		return nil, fmt.Errorf("localkube: read %s go.mod: %w", module, err)
+	}
+	return upstream, nil
+}
+
 var stagingReplaceRE = regexp.MustCompile(`(?m)^\s*(?:replace\s+)?(k8s\.io/\S+)\s+=>\s+\./staging/`)
 var goDirectiveRE = regexp.MustCompile(`(?m)^go\s+(\S+)\s*$`)
 
@@ -298,8 +305,11 @@ var goDirectiveRE = regexp.MustCompile(`(?m)^go\s+(\S+)\s*$`)
 // commands: it requires k8s.io/kubernetes and replaces each staging module
 // that k8s.io/kubernetes' own go.mod replaces by ./staging/src/... with the
 // published StagingVersion release (module replacements of a dependency are
-// ignored by the go command, so they must be repeated here).
-func kubeGoMod(upstream []byte) (string, error) {
+// ignored by the go command, so they must be repeated here). Each of tools
+// (a main package of a dependency, e.g. k8s.io/kubernetes/cmd/kubectl) gets
+// a tool directive, so that go mod tidy covers its imports and go build can
+// build it by its import path.
+func kubeGoMod(upstream []byte, tools ...string) (string, error) {
 	var staging []string
 	for _, m := range stagingReplaceRE.FindAllSubmatch(upstream, -1) {
 		staging = append(staging, string(m[1]))
@@ -310,7 +320,7 @@ func kubeGoMod(upstream []byte) (string, error) {
 	slices.Sort(staging)
 	staging = slices.Compact(staging)
 	var sb strings.Builder
-	sb.WriteString("// Generated by baton's internal/localkube: builds kube-apiserver and\n// kube-controller-manager from " + kubeModule + " " + KubernetesVersion + ".\n\n")
+	sb.WriteString("// Generated by baton's internal/localkube: builds Kubernetes commands\n// from " + kubeModule + " " + KubernetesVersion + ".\n\n")
 	sb.WriteString("module baton.local/localkube/kube\n\n")
 	if m := goDirectiveRE.FindSubmatch(upstream); m != nil {
 		fmt.Fprintf(&sb, "go %s\n\n", m[1])
@@ -320,7 +330,14 @@ func kubeGoMod(upstream []byte) (string, error) {
 		fmt.Fprintf(&sb, "\t%s => %s %s\n", mod, mod, StagingVersion)
 	}
 	sb.WriteString(")\n")
+	writeTools(&sb, tools)
 	return sb.String(), nil
+}
+
+func writeTools(sb *strings.Builder, tools []string) {
+	for _, t := range tools {
+		fmt.Fprintf(sb, "\ntool %s\n", t)
+	}
 }
 
 // versionLDFlags stamps the version packages the way kubernetes'
@@ -378,6 +395,19 @@ func (b *builder) goCmd(ctx context.Context, dir string, args ...string) ([]byte
 		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(stderr.String(), 30))
 	}
 	return stdout.Bytes(), nil
+}
+
+// writeStamp writes a stamp file atomically: it exists only with its full
+// content.
+func writeStamp(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("localkube: install: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("localkube: install: %w", err)
+	}
+	return nil
 }
 
 func writeFiles(root string, files map[string]string) error {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,6 +92,52 @@ func TestInstallIsCachedAndComplete(t *testing.T) {
 		if fi.Mode().Perm()&0o111 == 0 {
 			t.Errorf("%s is not executable (%v)", name, fi.Mode())
 		}
+	}
+}
+
+// TestClientTools runs the kubectl and helm that Kubectl and Helm build and
+// checks that they report the versions they were built from. Under CI=true a
+// failed build fails the test; elsewhere it is skipped.
+func TestClientTools(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	cfg := localkube.Config{Progress: os.Stderr}
+	for _, tc := range []struct {
+		name    string
+		install func(context.Context, localkube.Config) (string, error)
+		args    []string
+		want    string
+	}{
+		{"kubectl", localkube.Kubectl, []string{"version", "--client", "-o", "json"}, `"gitVersion": "` + localkube.KubernetesVersion + `"`},
+		{"helm", localkube.Helm, []string{"version", "--template", "{{.Version}}"}, localkube.HelmVersion},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, err := tc.install(ctx, cfg)
+			if err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("build %s: %v", tc.name, err)
+				}
+				t.Skipf("%s could not be built (try `go run ./hack/kube install`; under CI=true this fails the test): %v", tc.name, err)
+			}
+			if binDir, _, _ := localkube.Installed(cfg); tc.name == "kubectl" && filepath.Dir(path) != binDir {
+				t.Errorf("kubectl is in %s, want the control plane's %s (envtest looks there)", filepath.Dir(path), binDir)
+			}
+			start := time.Now()
+			again, err := tc.install(ctx, cfg)
+			if err != nil || again != path {
+				t.Errorf("second install = %q, %v; want %q", again, err, path)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("second install took %s, want a cache hit", d)
+			}
+			out, err := exec.CommandContext(ctx, path, tc.args...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s %v: %v\n%s", tc.name, tc.args, err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("%s %v = %s, want it to contain %s", tc.name, tc.args, out, tc.want)
+			}
+		})
 	}
 }
 

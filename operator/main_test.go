@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/baton-dev/baton/controllers/webhook"
 	"github.com/baton-dev/baton/internal/localcassandra"
+	"github.com/baton-dev/baton/internal/nodeagent"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/operator"
 )
@@ -56,6 +58,7 @@ var (
 	}())
 	sidecarBinary string
 	operatorLog   = &testenv.SyncBuffer{}
+	sidecarLog    = &testenv.SyncBuffer{}
 	shared        sharedOperator
 )
 
@@ -77,19 +80,20 @@ func TestMain(m *testing.M) {
 	kube.Stop()
 	os.RemoveAll(dir)
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "operator log:\n%s\n", operatorLog.String())
+		fmt.Fprintf(os.Stderr, "operator log:\n%s\nsidecar logs:\n%s\n", operatorLog.String(), sidecarLog.String())
 	}
 	os.Exit(code)
 }
 
 // sharedOperator is one operator for the whole test binary.
 type sharedOperator struct {
-	once   sync.Once
-	env    *operatorEnv
-	err    error
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run returned, with runErr set
-	runErr error
+	once      sync.Once
+	env       *operatorEnv
+	err       error
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when Run returned, with runErr set
+	runErr    error
+	agentDone chan struct{}
 }
 
 // operatorEnv is what tests need to talk to the running operator's world.
@@ -100,6 +104,7 @@ type operatorEnv struct {
 	cassandra  []string // contact points
 	probeAddr  string
 	kubeconfig string
+	agent      *nodeagent.Agent
 }
 
 func (s *sharedOperator) stop() {
@@ -115,6 +120,22 @@ func (s *sharedOperator) stop() {
 	case <-time.After(30 * time.Second):
 		fmt.Fprintln(os.Stderr, "operator did not stop within 30s")
 	}
+	if s.agentDone != nil {
+		<-s.agentDone
+	}
+}
+
+// prefixWriter writes each Write to w with a prefix (sidecar logs are whole lines).
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if _, err := p.w.Write(append([]byte(p.prefix), b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // up starts the operator on first use and returns its environment.
@@ -180,7 +201,20 @@ func (s *sharedOperator) start(t *testing.T, cfg *rest.Config, hosts []string) (
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan struct{})
-	go mirrorSecret(runCtx, kc, operatorNamespace, opts.WebhookSecret, certDir)
+	// The kubelet's parts: the webhook Secret volume, and the injected pods' sidecars.
+	go nodeagent.MirrorSecret(runCtx, kc, operatorNamespace, opts.WebhookSecret, certDir)
+	agent, err := nodeagent.New(nodeagent.Config{Client: kc, Server: cfg, SidecarBinary: sidecarBinary, Dir: certDir,
+		Output: func(pod string) io.Writer { return &prefixWriter{prefix: pod + ": ", w: sidecarLog} },
+		Log:    funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, s) }, funcr.Options{}).WithName("nodeagent")})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s.agentDone = make(chan struct{})
+	go func() {
+		agent.Run(runCtx)
+		close(s.agentDone)
+	}()
 	log := funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, s) }, funcr.Options{LogTimestamp: true, Verbosity: 1})
 	// The operator runs as its service account, with only the generated ClusterRole and the
 	// namespace Role the chart grants: a missing RBAC marker fails these tests.
@@ -191,7 +225,7 @@ func (s *sharedOperator) start(t *testing.T, cfg *rest.Config, hosts []string) (
 		close(s.done)
 	}()
 
-	env := &operatorEnv{cfg: cfg, kube: kc, client: c, cassandra: hosts,
+	env := &operatorEnv{cfg: cfg, kube: kc, client: c, cassandra: hosts, agent: agent,
 		probeAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(probePort)), kubeconfig: testenv.WriteKubeconfig(t, cfg)}
 	// Ready means the certificate exists, the caBundle is injected and the webhook serves.
 	deadline := time.Now().Add(2 * time.Minute)
@@ -228,28 +262,6 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// mirrorSecret writes the Secret's tls.crt and tls.key into dir whenever they change, as the
-// kubelet does for a Secret volume.
-func mirrorSecret(ctx context.Context, kc kubernetes.Interface, ns, name, dir string) {
-	var version string
-	for ctx.Err() == nil {
-		sec, err := kc.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && sec.ResourceVersion != version && len(sec.Data["tls.crt"]) > 0 {
-			for _, key := range []string{"tls.crt", "tls.key", "ca.crt"} {
-				tmp := filepath.Join(dir, "."+key)
-				if os.WriteFile(tmp, sec.Data[key], 0o600) == nil {
-					os.Rename(tmp, filepath.Join(dir, key))
-				}
-			}
-			version = sec.ResourceVersion
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // newNamespace creates a namespace for one test, with the pods' service account.

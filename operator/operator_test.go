@@ -3,29 +3,26 @@ package operator_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/nodeagent"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecar/api"
 )
@@ -123,21 +120,21 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	ns := newNamespace(t, env, "status")
 	dl := newLock(ns, "orders")
 	create(t, env, dl)
-	pods := map[string]*corev1.Pod{}
-	for _, name := range []string{"web-a", "web-b"} {
-		pods[name] = appPod(ns, name, "orders")
-		create(t, env, pods[name])
-	}
-
-	a := runSidecar(t, env, pods["web-a"])
+	create(t, env, appPod(ns, "web-a", "orders"))
+	a := sidecarOf(t, env, ns, "web-a")
 	st := waitLock(t, env, ns, "orders", "web-a holds orders", func(s batonv1.LockStatus) bool { return s.Holder == "web-a" })
 	first := st.Token
-	b := runSidecar(t, env, pods["web-b"])
+	create(t, env, appPod(ns, "web-b", "orders"))
+	b := sidecarOf(t, env, ns, "web-b")
 	waitLock(t, env, ns, "orders", "web-b waiting", func(s batonv1.LockStatus) bool { return s.Holder == "web-a" && s.Waiting == 1 })
 	waitEvent(t, env, ns, "orders", controllers.ReasonHolderChanged, fmt.Sprintf("lock orders: nobody -> %s/web-a (token %d)", ns, first))
-	// Each sidecar, with its pod-bound token, sets its own pod's readiness condition.
-	testenv.WaitFor(t, "web-a's condition True and web-b's False", 30*time.Second, func() bool {
-		return podCondition(t, env, ns, "web-a") == corev1.ConditionTrue && podCondition(t, env, ns, "web-b") == corev1.ConditionFalse
+	// Each sidecar, with its pod-bound token, sets its own pod's readiness condition, and the pod's
+	// Ready follows it: only the holder would receive Service traffic.
+	testenv.WaitFor(t, "web-a Ready and web-b not", 30*time.Second, func() bool {
+		return podCondition(t, env, ns, "web-a", inject.ReadinessGate) == corev1.ConditionTrue &&
+			podCondition(t, env, ns, "web-b", inject.ReadinessGate) == corev1.ConditionFalse &&
+			podCondition(t, env, ns, "web-a", corev1.PodReady) == corev1.ConditionTrue &&
+			podCondition(t, env, ns, "web-b", corev1.PodReady) == corev1.ConditionFalse
 	})
 
 	got := &batonv1.DistributedLock{}
@@ -157,12 +154,23 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	}
 
 	// Graceful handoff: a's sidecar releases at SIGTERM; b is granted with a larger token.
-	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.Signal(syscall.SIGTERM)
 	st = waitLock(t, env, ns, "orders", "web-b holds orders", func(s batonv1.LockStatus) bool { return s.Holder == "web-b" })
 	if st.Token <= first {
 		t.Errorf("token after handoff %d, want > %d", st.Token, first)
 	}
 	second := st.Token
+	// What a user sees: the real kubectl against the test API server.
+	out, err := exec.Command(testenv.Kubectl(t), "--kubeconfig", env.kubeconfig, "get", "distributedlocks", "-n", ns).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get distributedlocks: %v\n%s", err, out)
+	}
+	t.Logf("kubectl get distributedlocks -n %s:\n%s", ns, out)
+	for _, want := range []string{"LOCKS", "HOLDER", "TOKEN", "WAITING", "AGE", "web-b", fmt.Sprint(second)} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl output lacks %q", want)
+		}
+	}
 	waitEvent(t, env, ns, "orders", controllers.ReasonHolderChanged,
 		fmt.Sprintf("lock orders: %s/web-a -> %s/web-b (token %d)", ns, ns, second))
 
@@ -185,7 +193,7 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 		return err == nil && !still
 	})
 	testenv.WaitFor(t, "web-b's sidecar to stop claiming the revoked grant", 10*time.Second, func() bool {
-		l, err := b.client.Lock(context.Background(), "orders")
+		l, err := b.Client.Lock(context.Background(), "orders")
 		return err == nil && (l.State != api.StateHeld || l.Token > second)
 	})
 	// b's sidecar queues again and, alone, is granted anew once the revoked record aged a lease.
@@ -303,95 +311,31 @@ func waitEvent(t *testing.T, env *operatorEnv, ns, name, reason, note string) ev
 	return found
 }
 
-// sidecarProc is a sidecar process running for an injected pod.
-type sidecarProc struct {
-	cmd    *exec.Cmd
-	client *api.Client
-	out    *testenv.SyncBuffer
-	exited chan error
-}
-
-// runSidecar runs the sidecar binary with the environment the webhook gave the pod's baton
-// container, resolving the downward-API fields as the kubelet would. The socket moves to a test
-// directory; the sidecar reaches the API server with a token bound to its pod, as the kubelet's
-// projected service-account token is, so the operator's Role and the admission policy apply.
-func runSidecar(t *testing.T, env *operatorEnv, pod *corev1.Pod) *sidecarProc {
+// sidecarOf waits for the node agent to run the sidecar of pod ns/name.
+func sidecarOf(t *testing.T, env *operatorEnv, ns, name string) *nodeagent.Sidecar {
 	t.Helper()
-	var sc *corev1.Container
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if list[i].Name == inject.ContainerName {
-				sc = &list[i]
-			}
-		}
-	}
-	if sc == nil {
-		t.Fatalf("pod %s has no %s container", pod.Name, inject.ContainerName)
-	}
-	environ := []string{"PATH=" + os.Getenv("PATH")}
-	for _, e := range sc.Env {
-		v := e.Value
-		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
-			switch f.FieldRef.FieldPath {
-			case "metadata.namespace":
-				v = pod.Namespace
-			case "metadata.name":
-				v = pod.Name
-			case "metadata.uid":
-				v = string(pod.UID)
-			default:
-				t.Fatalf("env %s: unexpected field %s", e.Name, f.FieldRef.FieldPath)
-			}
-		}
-		environ = append(environ, e.Name+"="+v)
-	}
-	socket := filepath.Join(t.TempDir(), "baton.sock")
-	environ = append(environ, "BATON_SOCKET="+socket, "BATON_KUBECONFIG="+podKubeconfig(t, env, pod), "BATON_METRICS_ADDR=127.0.0.1:0")
-	p := &sidecarProc{client: api.NewClient(socket), out: &testenv.SyncBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command(sidecarBinary, sc.Args...)
-	p.cmd.Env = environ
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := env.agent.Sidecar(ctx, ns, name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("sidecar of %s (args %q, env %q):\n%s", pod.Name, sc.Args, environ, p.out.String())
-		}
-	})
-	testenv.WaitFor(t, "sidecar of "+pod.Name+" to serve its socket", 30*time.Second, func() bool {
-		_, err := p.client.Locks(context.Background())
+	testenv.WaitFor(t, "sidecar of "+name+" to serve its socket", 30*time.Second, func() bool {
+		_, err := s.Client.Locks(context.Background())
 		return err == nil
 	})
-	return p
+	return s
 }
 
-// podKubeconfig writes a kubeconfig holding a service-account token bound to pod.
-func podKubeconfig(t *testing.T, env *operatorEnv, pod *corev1.Pod) string {
-	t.Helper()
-	tr, err := env.kube.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(context.Background(), pod.Spec.ServiceAccountName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token for pod %s: %v", pod.Name, err)
-	}
-	return testenv.WriteKubeconfig(t, &rest.Config{Host: env.cfg.Host, BearerToken: tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: env.cfg.CAData}})
-}
-
-// podCondition returns the status of pod ns/name's baton.dev/lock-held condition ("" if unset).
-func podCondition(t *testing.T, env *operatorEnv, ns, name string) corev1.ConditionStatus {
+// podCondition returns the status of condition typ of pod ns/name ("" if unset).
+func podCondition(t *testing.T, env *operatorEnv, ns, name string, typ corev1.PodConditionType) corev1.ConditionStatus {
 	t.Helper()
 	pod, err := env.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == inject.ReadinessGate {
+		if c.Type == typ {
 			return c.Status
 		}
 	}

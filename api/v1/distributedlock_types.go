@@ -306,7 +306,7 @@ type LockStatus struct {
 	// waiting is the number of contenders queued for the lock, not counting the holder.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	Waiting int32 `json:"waiting,omitempty"`
+	Waiting int32 `json:"waiting"`
 
 	// lastRevocation records the last grant of this lock that the operator revoked because the
 	// DistributedLock was annotated baton.dev/revoke: <lockId>.

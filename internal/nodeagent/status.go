@@ -1,0 +1,124 @@
+package nodeagent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// kubeletConditions are the pod conditions a kubelet owns.
+var kubeletConditions = []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady}
+
+// kubeletStatus is pod's status as a kubelet running every container would report it.
+func kubeletStatus(pod *corev1.Pod) corev1.PodStatus {
+	st := *pod.Status.DeepCopy()
+	st.Phase = corev1.PodRunning
+	st.PodIP, st.HostIP = "127.0.0.1", "127.0.0.1"
+	st.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+	st.HostIPs = []corev1.HostIP{{IP: "127.0.0.1"}}
+	if st.StartTime == nil {
+		st.StartTime = ptrTime(pod.CreationTimestamp)
+	}
+	running := func(cs []corev1.Container, old []corev1.ContainerStatus) []corev1.ContainerStatus {
+		out := make([]corev1.ContainerStatus, 0, len(cs))
+		for _, c := range cs {
+			s := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: ptrBool(true),
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: pod.CreationTimestamp}}}
+			for _, o := range old {
+				if o.Name == c.Name {
+					s.State = o.State
+					if s.State.Running == nil {
+						s.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: pod.CreationTimestamp}}
+					}
+				}
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	st.ContainerStatuses = running(pod.Spec.Containers, pod.Status.ContainerStatuses)
+	st.InitContainerStatuses = running(pod.Spec.InitContainers, pod.Status.InitContainerStatuses)
+
+	ready := corev1.ConditionTrue
+	for _, g := range pod.Spec.ReadinessGates {
+		if conditionStatus(pod.Status.Conditions, g.ConditionType) != corev1.ConditionTrue {
+			ready = corev1.ConditionFalse
+		}
+	}
+	want := map[corev1.PodConditionType]corev1.ConditionStatus{
+		corev1.PodScheduled: corev1.ConditionTrue, corev1.PodInitialized: corev1.ConditionTrue,
+		corev1.ContainersReady: corev1.ConditionTrue, corev1.PodReady: ready,
+	}
+	for _, t := range kubeletConditions {
+		setCondition(&st.Conditions, t, want[t])
+	}
+	return st
+}
+
+func setCondition(conds *[]corev1.PodCondition, t corev1.PodConditionType, status corev1.ConditionStatus) {
+	for i := range *conds {
+		if (*conds)[i].Type == t {
+			if (*conds)[i].Status != status {
+				(*conds)[i].Status = status
+				(*conds)[i].LastTransitionTime = metav1.Now()
+			}
+			return
+		}
+	}
+	*conds = append(*conds, corev1.PodCondition{Type: t, Status: status, LastTransitionTime: metav1.Now()})
+}
+
+func conditionStatus(conds []corev1.PodCondition, t corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+// statusEqual compares statuses ignoring transition times.
+func statusEqual(a, b corev1.PodStatus) bool {
+	strip := func(s corev1.PodStatus) corev1.PodStatus {
+		s = *s.DeepCopy()
+		for i := range s.Conditions {
+			s.Conditions[i].LastTransitionTime = metav1.Time{}
+		}
+		return s
+	}
+	return equality.Semantic.DeepEqual(strip(a), strip(b))
+}
+
+func ptrTime(t metav1.Time) *metav1.Time { return &t }
+func ptrBool(b bool) *bool               { return &b }
+
+// MirrorSecret keeps dir's files equal to the data of Secret namespace/name, polling every 100ms
+// until ctx ends, as the kubelet does for a Secret volume. Files appear once the Secret has data.
+func MirrorSecret(ctx context.Context, client kubernetes.Interface, namespace, name, dir string) {
+	var version string
+	for ctx.Err() == nil {
+		sec, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && sec.ResourceVersion != version && len(sec.Data) > 0 {
+			for key, value := range sec.Data {
+				if len(value) == 0 {
+					continue
+				}
+				tmp := filepath.Join(dir, "."+key)
+				if os.WriteFile(tmp, value, 0o600) == nil {
+					os.Rename(tmp, filepath.Join(dir, key))
+				}
+			}
+			version = sec.ResourceVersion
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/devcluster"
 	"github.com/baton-dev/baton/internal/nodeagent"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecar/api"
@@ -29,14 +30,14 @@ import (
 
 func TestOperatorHealthAndLeaderElection(t *testing.T) {
 	env := up(t)
-	if code := probe(env.probeAddr, "/healthz"); code != 200 {
+	if code := env.Probe("/healthz"); code != 200 {
 		t.Errorf("/healthz answered %d", code)
 	}
 	testenv.WaitFor(t, "a leader-election Lease with a holder", 30*time.Second, func() bool {
-		l, err := env.kube.CoordinationV1().Leases(operatorNamespace).Get(context.Background(), "baton-operator.baton.dev", metav1.GetOptions{})
+		l, err := env.Kube.CoordinationV1().Leases(devcluster.Namespace).Get(context.Background(), "baton-operator.baton.dev", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	})
-	mwc, err := env.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "baton-inject", metav1.GetOptions{})
+	mwc, err := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "baton-inject", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,9 +57,9 @@ func newLock(ns, name string, mutate ...func(*batonv1.DistributedLock)) *batonv1
 	return dl
 }
 
-func create(t *testing.T, env *operatorEnv, obj client.Object) {
+func create(t *testing.T, env *devcluster.Cluster, obj client.Object) {
 	t.Helper()
-	if err := env.client.Create(context.Background(), obj); err != nil {
+	if err := env.Client.Create(context.Background(), obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 	}
 }
@@ -66,7 +67,7 @@ func create(t *testing.T, env *operatorEnv, obj client.Object) {
 func appPod(ns, name, lockName string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{inject.AnnotationLock: lockName}},
-		Spec: corev1.PodSpec{ServiceAccountName: appAccount,
+		Spec: corev1.PodSpec{ServiceAccountName: devcluster.AppAccount,
 			Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
 	}
 }
@@ -91,13 +92,13 @@ func TestWebhookAdmitsThroughOperator(t *testing.T) {
 		t.Errorf("labels %v lack %s=true", pod.Labels, inject.LabelInjected)
 	}
 
-	err := env.client.Create(context.Background(), appPod(ns, "lost", "no-such-lock"))
+	err := env.Client.Create(context.Background(), appPod(ns, "lost", "no-such-lock"))
 	if err == nil || !strings.Contains(err.Error(), "DistributedLock "+ns+"/no-such-lock") {
 		t.Errorf("pod naming a missing lock: error %v, want one naming %s/no-such-lock", err, ns)
 	}
 
 	create(t, env, newLock(ns, "everywhere", func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal }))
-	err = env.client.Create(context.Background(), appPod(ns, "global", "everywhere"))
+	err = env.Client.Create(context.Background(), appPod(ns, "global", "everywhere"))
 	if err == nil || !strings.Contains(err.Error(), "spec.scope Global is not allowed in namespace") {
 		t.Errorf("Global lock outside the allow-list: error %v", err)
 	}
@@ -106,7 +107,9 @@ func TestWebhookAdmitsThroughOperator(t *testing.T) {
 
 func TestGlobalScopeInAllowedNamespace(t *testing.T) {
 	env := up(t)
-	createNamespace(t, env, globalNamespace)
+	if err := env.CreateNamespace(context.Background(), globalNamespace); err != nil {
+		t.Fatal(err)
+	}
 	create(t, env, newLock(globalNamespace, "cluster-singleton", func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal }))
 	create(t, env, appPod(globalNamespace, "worker", "cluster-singleton"))
 	waitCondition(t, env, globalNamespace, "cluster-singleton", batonv1.ConditionReady, metav1.ConditionTrue, "StatusCurrent")
@@ -138,7 +141,7 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	})
 
 	got := &batonv1.DistributedLock{}
-	if err := env.client.Get(context.Background(), client.ObjectKeyFromObject(dl), got); err != nil {
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(dl), got); err != nil {
 		t.Fatal(err)
 	}
 	if got.Status.ObservedGeneration != got.Generation {
@@ -161,7 +164,7 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	}
 	second := st.Token
 	// What a user sees: the real kubectl against the test API server.
-	out, err := exec.Command(testenv.Kubectl(t), "--kubeconfig", env.kubeconfig, "get", "distributedlocks", "-n", ns).CombinedOutput()
+	out, err := exec.Command(testenv.Kubectl(t), "--kubeconfig", env.Kubeconfig, "get", "distributedlocks", "-n", ns).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl get distributedlocks: %v\n%s", err, out)
 	}
@@ -176,7 +179,7 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 
 	// Revocation by annotation: recorded, annotation removed, holder fenced.
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"orders"}}}`, batonv1.AnnotationRevoke)
-	if err := env.client.Patch(context.Background(), got, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+	if err := env.Client.Patch(context.Background(), got, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		t.Fatal(err)
 	}
 	st = waitLock(t, env, ns, "orders", "the revocation recorded", func(s batonv1.LockStatus) bool {
@@ -188,7 +191,7 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	waitEvent(t, env, ns, "orders", controllers.ReasonRevoked, fmt.Sprintf("revoked %s/web-b's grant (token %d)", ns, second))
 	testenv.WaitFor(t, "the annotation removed", 10*time.Second, func() bool {
 		cur := &batonv1.DistributedLock{}
-		err := env.client.Get(context.Background(), client.ObjectKeyFromObject(dl), cur)
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(dl), cur)
 		_, still := cur.Annotations[batonv1.AnnotationRevoke]
 		return err == nil && !still
 	})
@@ -231,7 +234,7 @@ func TestRolloutSafeCondition(t *testing.T) {
 	hundred := intstr.FromString("100%")
 	dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &hundred}}
-	if err := env.client.Update(context.Background(), dep); err != nil {
+	if err := env.Client.Update(context.Background(), dep); err != nil {
 		t.Fatal(err)
 	}
 	waitCondition(t, env, ns, "leader", batonv1.ConditionRolloutSafe, metav1.ConditionTrue, "RolloutsProceed")
@@ -258,12 +261,12 @@ func TestStoreUnreachableCondition(t *testing.T) {
 }
 
 // waitCondition waits for condition typ of DistributedLock ns/name to have status and reason.
-func waitCondition(t *testing.T, env *operatorEnv, ns, name, typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+func waitCondition(t *testing.T, env *devcluster.Cluster, ns, name, typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	t.Helper()
 	var c metav1.Condition
 	testenv.WaitFor(t, fmt.Sprintf("condition %s=%s (%s) on %s/%s", typ, status, reason, ns, name), 60*time.Second, func() bool {
 		dl := &batonv1.DistributedLock{}
-		if err := env.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dl); err != nil {
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dl); err != nil {
 			return false
 		}
 		p := meta.FindStatusCondition(dl.Status.Conditions, typ)
@@ -277,12 +280,12 @@ func waitCondition(t *testing.T, env *operatorEnv, ns, name, typ string, status 
 }
 
 // waitLock waits until the status of the first lock of ns/name satisfies ok.
-func waitLock(t *testing.T, env *operatorEnv, ns, name, what string, ok func(batonv1.LockStatus) bool) batonv1.LockStatus {
+func waitLock(t *testing.T, env *devcluster.Cluster, ns, name, what string, ok func(batonv1.LockStatus) bool) batonv1.LockStatus {
 	t.Helper()
 	var st batonv1.LockStatus
 	testenv.WaitFor(t, what, 60*time.Second, func() bool {
 		dl := &batonv1.DistributedLock{}
-		if err := env.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dl); err != nil || len(dl.Status.Locks) == 0 {
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dl); err != nil || len(dl.Status.Locks) == 0 {
 			return false
 		}
 		st = dl.Status.Locks[0]
@@ -292,11 +295,11 @@ func waitLock(t *testing.T, env *operatorEnv, ns, name, what string, ok func(bat
 }
 
 // waitEvent waits for an Event about DistributedLock ns/name with reason whose note contains note.
-func waitEvent(t *testing.T, env *operatorEnv, ns, name, reason, note string) eventsv1.Event {
+func waitEvent(t *testing.T, env *devcluster.Cluster, ns, name, reason, note string) eventsv1.Event {
 	t.Helper()
 	var found eventsv1.Event
 	testenv.WaitFor(t, fmt.Sprintf("event %s %q", reason, note), 30*time.Second, func() bool {
-		list, err := env.kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		list, err := env.Kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return false
 		}
@@ -312,11 +315,11 @@ func waitEvent(t *testing.T, env *operatorEnv, ns, name, reason, note string) ev
 }
 
 // sidecarOf waits for the node agent to run the sidecar of pod ns/name.
-func sidecarOf(t *testing.T, env *operatorEnv, ns, name string) *nodeagent.Sidecar {
+func sidecarOf(t *testing.T, env *devcluster.Cluster, ns, name string) *nodeagent.Sidecar {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := env.agent.Sidecar(ctx, ns, name)
+	s, err := env.Agent.Sidecar(ctx, ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,9 +331,9 @@ func sidecarOf(t *testing.T, env *operatorEnv, ns, name string) *nodeagent.Sidec
 }
 
 // podCondition returns the status of condition typ of pod ns/name ("" if unset).
-func podCondition(t *testing.T, env *operatorEnv, ns, name string, typ corev1.PodConditionType) corev1.ConditionStatus {
+func podCondition(t *testing.T, env *devcluster.Cluster, ns, name string, typ corev1.PodConditionType) corev1.ConditionStatus {
 	t.Helper()
-	pod, err := env.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	pod, err := env.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,8 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		return err
 	}
 
-	injector, err := batonwebhook.NewPodInjector(mgr.GetClient(), o.Inject, batonwebhook.WithLogger(log.WithName("webhook")))
+	injector, err := batonwebhook.NewPodInjector(mgr.GetClient(), o.Inject, batonwebhook.WithLogger(log.WithName("webhook")),
+		batonwebhook.WithLiveReader(mgr.GetAPIReader()))
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

@@ -29,6 +29,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
+	"github.com/baton-dev/baton/internal/manifests"
 	"github.com/baton-dev/baton/internal/testenv"
 )
 
@@ -190,7 +191,7 @@ func (e *environment) stop() {
 
 // decodeFile decodes every YAML document of path into typed objects.
 func (e *environment) decodeFile(path string) ([]runtime.Object, error) {
-	return testenv.DecodeManifests(e.scheme, path)
+	return manifests.Decode(e.scheme, path)
 }
 
 // testLogger logs to stderr; the manager outlives any one test, so it cannot log to a testing.T.

@@ -183,3 +183,27 @@ func TestMutatingWebhookConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// A lock missing from the cache is confirmed by the live reader before the pod is denied: a lock
+// created moments before its pods may not have reached the cache yet.
+func TestHandleConfirmsMissingLockLive(t *testing.T) {
+	cache, live := &reader{}, &reader{lock: lockIn("shop", "orders", "orders")}
+	p, err := webhook.NewPodInjector(cache, testConfig(), webhook.WithLiveReader(live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := p.Handle(context.Background(), request(t, admissionv1.Create, "shop", annotatedPod("w", "orders")))
+	if !resp.Allowed || len(resp.Patches) == 0 || len(live.gets) != 1 {
+		t.Fatalf("allowed=%v patches=%d live gets=%v, want an injected pod after one live read", resp.Allowed, len(resp.Patches), live.gets)
+	}
+	live.lock = nil
+	resp = p.Handle(context.Background(), request(t, admissionv1.Create, "shop", annotatedPod("w", "orders")))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "shop/orders") {
+		t.Errorf("missing everywhere: allowed=%v result=%+v", resp.Allowed, resp.Result)
+	}
+	cache.lock = lockIn("shop", "orders", "orders")
+	p.Handle(context.Background(), request(t, admissionv1.Create, "shop", annotatedPod("w", "orders")))
+	if len(live.gets) != 2 {
+		t.Errorf("the live reader was asked although the cache had the lock: %v", live.gets)
+	}
+}

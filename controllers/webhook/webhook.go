@@ -30,6 +30,7 @@ import (
 // rejected and its controller retries).
 type PodInjector struct {
 	client  client.Reader
+	live    client.Reader // confirms a not-found from client; nil: client is trusted
 	config  inject.Config
 	decoder admission.Decoder
 	log     logr.Logger
@@ -42,6 +43,11 @@ type Option func(*PodInjector)
 
 // WithLogger sets the logger of admission decisions (default: discard).
 func WithLogger(l logr.Logger) Option { return func(p *PodInjector) { p.log = l } }
+
+// WithLiveReader sets an uncached reader (the manager's API reader) that confirms a
+// DistributedLock the cached client does not have yet before the pod is denied: a lock created
+// moments before its pods may not have reached the cache.
+func WithLiveReader(r client.Reader) Option { return func(p *PodInjector) { p.live = r } }
 
 // WithDecoder sets the decoder of admitted objects (default: one for client-go's scheme).
 func WithDecoder(d admission.Decoder) Option { return func(p *PodInjector) { p.decoder = d } }
@@ -93,7 +99,12 @@ func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	}
 	name := strings.TrimSpace(pod.Annotations[inject.AnnotationLock])
 	dl := &batonv1.DistributedLock{}
-	if err := p.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dl); err != nil {
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	err := p.client.Get(ctx, key, dl)
+	if apierrors.IsNotFound(err) && p.live != nil {
+		err = p.live.Get(ctx, key, dl)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			msg := inject.MissingLockError(ns, name).Error()
 			log.Info("denied", "reason", msg)

@@ -18,7 +18,9 @@ func TestKubeletStatusReadyFollowsGates(t *testing.T) {
 			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}},
 		},
 	}
-	ready := func(st corev1.PodStatus) corev1.ConditionStatus { return conditionStatus(st.Conditions, corev1.PodReady) }
+	ready := func(st corev1.PodStatus) corev1.ConditionStatus {
+		return conditionStatus(st.Conditions, corev1.PodReady)
+	}
 
 	st := kubeletStatus(pod)
 	if st.Phase != corev1.PodRunning || st.PodIP == "" || len(st.ContainerStatuses) != 1 || len(st.InitContainerStatuses) != 1 {

@@ -1,4 +1,6 @@
-package testenv
+// Package manifests reads Kubernetes YAML files (generated RBAC, shipped policies) into typed
+// objects.
+package manifests
 
 import (
 	"bufio"
@@ -13,9 +15,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// DecodeManifests decodes every YAML document of the file at path into typed objects of scheme,
+// Decode decodes every YAML document of the file at path into typed objects of scheme,
 // e.g. the generated RBAC or the shipped admission policy, so tests install what users install.
-func DecodeManifests(scheme *runtime.Scheme, path string) ([]runtime.Object, error) {
+func Decode(scheme *runtime.Scheme, path string) ([]runtime.Object, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,312 @@
+// Package devcluster runs baton's operator on a local control plane the way the Helm chart runs it
+// in a cluster: as its own service account with the generated ClusterRole and the chart's
+// namespace Role, with the sidecar admission policy installed, the webhook configured and its
+// certificate made by the operator, and a node agent (internal/nodeagent) running the sidecars of
+// injected pods. `make demo` and the operator's end-to-end tests use it.
+package devcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/baton-dev/baton/controllers/webhook"
+	"github.com/baton-dev/baton/internal/manifests"
+	"github.com/baton-dev/baton/internal/nodeagent"
+	"github.com/baton-dev/baton/operator"
+)
+
+// Names the chart uses.
+const (
+	Namespace       = "baton-system"
+	OperatorAccount = "baton-operator"
+	webhookSecret   = "baton-webhook-tls"
+	webhookConfig   = "baton-inject"
+)
+
+// Options configure a Cluster.
+type Options struct {
+	// Server is the admin configuration of a running kube-apiserver with baton's CRD installed.
+	Server *rest.Config
+	// RepoRoot is the repository checkout, for config/rbac and config/policy.
+	RepoRoot string
+	// CassandraHosts and Keyspace are the operator's default lock store.
+	CassandraHosts []string
+	Keyspace       string
+	// OperatorArgs are more operator flags (e.g. --status-interval=1s).
+	OperatorArgs []string
+	// Log receives the operator's and the node agent's logs.
+	Log logr.Logger
+	// SidecarOutput returns where the sidecar of pod "namespace/name" logs (nil: discarded).
+	SidecarOutput func(pod string) io.Writer
+}
+
+// Cluster is a running operator and node agent.
+type Cluster struct {
+	Client     client.Client
+	Kube       kubernetes.Interface
+	Agent      *nodeagent.Agent
+	Kubeconfig string // admin kubeconfig file, e.g. for kubectl
+	ProbeAddr  string // the operator's /healthz and /readyz
+
+	dir       string
+	cancel    context.CancelFunc
+	opDone    chan struct{}
+	opErr     error
+	agentDone chan struct{}
+}
+
+// Start builds the sidecar, installs RBAC, policy, webhook configuration and Secret, starts the
+// operator and the node agent, and returns once the operator is ready (certificate made, webhook
+// serving). Stop it when done.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	scheme, err := operator.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(o.Server, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfig(o.Server)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "baton-devcluster")
+	if err != nil {
+		return nil, err
+	}
+	cl := &Cluster{Client: c, Kube: kc, dir: dir}
+	fail := func(err error) (*Cluster, error) {
+		cl.Stop()
+		return nil, err
+	}
+	sidecarBinary := filepath.Join(dir, "sidecar")
+	build := exec.CommandContext(ctx, "go", "build", "-o", sidecarBinary, "./cmd/sidecar")
+	build.Dir = o.RepoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("building the sidecar: %w\n%s", err, out))
+	}
+	if cl.Kubeconfig, err = writeKubeconfig(o.Server, filepath.Join(dir, "kubeconfig")); err != nil {
+		return fail(err)
+	}
+	if err := install(ctx, c, scheme, o.RepoRoot); err != nil {
+		return fail(err)
+	}
+	webhookPort, probePort, err := freePort(), freePort(), error(nil)
+	if webhookPort == 0 || probePort == 0 {
+		return fail(errors.New("no free local port"))
+	}
+	// The chart's configuration names a Service; a local webhook is reached by URL, with a
+	// certificate that also names localhost. The operator fills in the caBundle.
+	mwc := webhook.MutatingWebhookConfigurationForURL(webhookConfig, fmt.Sprintf("https://localhost:%d%s", webhookPort, webhook.Path), nil)
+	if err := c.Create(ctx, mwc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fail(fmt.Errorf("creating the MutatingWebhookConfiguration: %w", err))
+	}
+	certDir := filepath.Join(dir, "webhook-certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return fail(err)
+	}
+	cl.ProbeAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(probePort))
+	args := append([]string{
+		"--namespace=" + Namespace,
+		"--sidecar-image=ghcr.io/baton-dev/baton:dev",
+		"--cassandra-hosts=" + strings.Join(o.CassandraHosts, ","),
+		"--cassandra-keyspace=" + o.Keyspace,
+		"--webhook-port=" + strconv.Itoa(webhookPort),
+		"--webhook-cert-dir=" + certDir,
+		"--webhook-extra-dns-names=localhost",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=" + cl.ProbeAddr,
+	}, o.OperatorArgs...)
+	opts, err := operator.ParseOptions(args, func(string) string { return "" })
+	if err != nil {
+		return fail(err)
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cl.cancel = cancel
+	// The kubelet's parts: the webhook Secret volume and the injected pods' sidecars.
+	go nodeagent.MirrorSecret(runCtx, kc, Namespace, webhookSecret, certDir)
+	cl.Agent, err = nodeagent.New(nodeagent.Config{Client: kc, Server: o.Server, SidecarBinary: sidecarBinary,
+		Dir: filepath.Join(dir, "pods"), Output: o.SidecarOutput, Log: o.Log.WithName("nodeagent")})
+	if err != nil {
+		return fail(err)
+	}
+	cl.agentDone = make(chan struct{})
+	go func() {
+		cl.Agent.Run(runCtx)
+		close(cl.agentDone)
+	}()
+	// The operator runs as its service account: a missing RBAC marker shows up here.
+	opCfg := rest.CopyConfig(o.Server)
+	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + Namespace + ":" + OperatorAccount}
+	cl.opDone = make(chan struct{})
+	go func() {
+		cl.opErr = operator.Run(runCtx, opts, opCfg, o.Log.WithName("operator"))
+		close(cl.opDone)
+	}()
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		select {
+		case <-cl.opDone:
+			return fail(fmt.Errorf("operator exited: %w", cl.opErr))
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		default:
+		}
+		if probe(cl.ProbeAddr, "/readyz") == http.StatusOK {
+			return cl, nil
+		}
+		if time.Now().After(deadline) {
+			return fail(errors.New("operator not ready after 2m"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop stops the operator and the node agent (which stops every sidecar) and removes files.
+func (c *Cluster) Stop() {
+	if c.cancel != nil {
+		c.cancel()
+		if c.opDone != nil {
+			select {
+			case <-c.opDone:
+			case <-time.After(30 * time.Second):
+			}
+		}
+		if c.agentDone != nil {
+			<-c.agentDone
+		}
+	}
+	os.RemoveAll(c.dir)
+}
+
+// OperatorErr is the operator's exit error once it stopped (nil while running).
+func (c *Cluster) OperatorErr() error {
+	select {
+	case <-c.opDone:
+		return c.opErr
+	default:
+		return nil
+	}
+}
+
+// Probe returns the status code of the operator's health endpoint path (0 when unreachable).
+func (c *Cluster) Probe(path string) int { return probe(c.ProbeAddr, path) }
+
+// CreateNamespace creates namespace ns with service account "worker" for its pods.
+func (c *Cluster) CreateNamespace(ctx context.Context, ns string) error {
+	_, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	_, err = c.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: AppAccount}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// AppAccount is the service account CreateNamespace makes for the app pods.
+const AppAccount = "worker"
+
+// install creates what the chart installs around the operator: the generated ClusterRole bound to
+// the operator's service account, the Role in its namespace (the rules of
+// charts/baton/templates/rbac.yaml), the empty webhook Secret and the sidecar admission policy.
+func install(ctx context.Context, c client.Client, scheme *runtime.Scheme, root string) error {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	var objs []client.Object
+	for _, path := range []string{"config/rbac/role.yaml", "config/policy/sidecar-own-pod.yaml"} {
+		decoded, err := manifests.Decode(scheme, filepath.Join(root, path))
+		if err != nil {
+			return err
+		}
+		for _, o := range decoded {
+			objs = append(objs, o.(client.Object))
+		}
+	}
+	account := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: Namespace, Name: OperatorAccount}
+	objs = append(objs,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: OperatorAccount}},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "baton-operator"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "baton-operator"},
+			Subjects:   []rbacv1.Subject{account},
+		},
+		&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "baton-operator"},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+				{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "baton-operator"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "baton-operator"},
+			Subjects:   []rbacv1.Subject{account},
+		},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: webhookSecret}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil}})
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("installing %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func writeKubeconfig(cfg *rest.Config, path string) (string, error) {
+	c := clientcmdapi.NewConfig()
+	c.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	c.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	c.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
+	c.CurrentContext = "local"
+	if err := clientcmd.WriteToFile(*c, path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+func probe(addr, path string) int {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

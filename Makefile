@@ -16,8 +16,12 @@ help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 .PHONY: demo
-demo: ## run 5 contenders on one lock against a local Cassandra and show the lock change hands
+demo: ## Cassandra, a local control plane, the operator and 4 injected pods: the lock changes hands 3 ways
 	$(GO) run ./hack/demo $(DEMOFLAGS)
+
+.PHONY: demo-lock
+demo-lock: ## the lock library alone: 5 contenders on one lock against a local Cassandra
+	$(GO) run ./hack/demo-lock $(DEMOFLAGS)
 
 .PHONY: test
 test: check ## all tests, race detector on (installs and starts Cassandra as needed)
@@ -96,8 +100,9 @@ soak: ## 1,000 simulated histories per fault class
 	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
 
 .PHONY: bench
-bench: ## lock benchmarks on a local Cassandra (acquire latency vs one LWT, handoff)
+bench: ## lock benchmarks on a local Cassandra (acquire latency vs one LWT, handoff), webhook admission latency on a local kube-apiserver
 	$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./lock/cassandrastore/
+	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./controllers/webhook/
 
 .PHONY: build
 build: ## build the binaries (sidecar) into bin/, as the Dockerfile does

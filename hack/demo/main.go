@@ -1,11 +1,17 @@
-// Command demo runs contenders on one lock against a local Cassandra and prints a live timeline:
-// who holds the lock, its fencing token, the queue, and each handoff when the holder is stopped
-// (alternately released gracefully and killed without release, so its lease must expire).
+// Command demo shows baton end to end on one machine: a local Cassandra, a local Kubernetes control
+// plane (kube-apiserver and etcd built from Go modules), the operator running as the Helm chart runs
+// it, and pods whose sidecars the operator's webhook injected, run by a node agent in place of the
+// kubelet. It prints a timeline while the lock changes hands three ways:
 //
-//	go run ./hack/demo [-contenders 5] [-handoffs 4] [-lease 5s]
+//  1. the holder pod is deleted: its sidecar releases the lock at SIGTERM (graceful handoff);
 //
-// It uses the Cassandra started by `go run ./hack/cassandra start` when one is running, and
-// otherwise starts (and afterwards stops) its own single node.
+//  2. the next holder's sidecar is killed with SIGKILL and never comes back: its lease runs out;
+//
+//  3. the third holder is revoked with the baton.dev/revoke annotation.
+//
+//     go run ./hack/demo [-pods 4] [-lease 5s] [-keep]
+//
+// With -keep it stays up after the script and prints a KUBECONFIG for kubectl until Ctrl-C.
 package main
 
 import (
@@ -15,36 +21,46 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
-	"slices"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
-	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/baton-dev/baton/internal/cutstore"
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/devcluster"
 	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/lock"
-	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/internal/localkube"
+)
+
+const (
+	namespace = "demo"
+	lockName  = "nightly-report"
 )
 
 type options struct {
-	contenders int
-	handoffs   int
-	lease      time.Duration
-	lockID     string
+	pods  int
+	lease time.Duration
+	keep  bool
 }
 
 func main() {
 	var o options
-	flag.IntVar(&o.contenders, "contenders", 5, "number of contenders (2-64)")
-	flag.IntVar(&o.handoffs, "handoffs", 4, "how many times to stop the holder (1-100)")
+	flag.IntVar(&o.pods, "pods", 4, "pods sharing the lock (3-10)")
 	flag.DurationVar(&o.lease, "lease", 5*time.Second, "lease duration (1s-1m)")
-	flag.StringVar(&o.lockID, "lock", "demo/orders", "lock ID")
+	flag.BoolVar(&o.keep, "keep", false, "keep everything running after the script, until Ctrl-C")
 	flag.Parse()
-	if err := o.validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+	if o.pods < 3 || o.pods > 10 || o.lease < time.Second || o.lease > time.Minute {
+		fmt.Fprintln(os.Stderr, "demo: -pods must be 3 to 10 and -lease 1s to 1m")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,193 +71,232 @@ func main() {
 	}
 }
 
-func (o options) validate() error {
-	switch {
-	case o.contenders < 2 || o.contenders > 64:
-		return fmt.Errorf("-contenders %d: want 2 to 64", o.contenders)
-	case o.handoffs < 1 || o.handoffs > 100:
-		return fmt.Errorf("-handoffs %d: want 1 to 100", o.handoffs)
-	case o.lease < time.Second || o.lease > time.Minute:
-		return fmt.Errorf("-lease %v: want 1s to 1m", o.lease)
-	}
-	return lock.ValidateLockID(o.lockID)
-}
-
-// worker is one contender with a switch that kills its connection to Cassandra.
-type worker struct {
-	name   string
-	store  *cutstore.Store
-	locker *lock.Locker
-	stop   chan bool // true: release gracefully; false: die without releasing
-}
-
 func run(ctx context.Context, o options, out io.Writer) error {
-	hosts, cleanup, err := cassandra(ctx, out)
+	logPath := filepath.Join(os.TempDir(), "baton-demo.log")
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	defer logFile.Close()
+	log := funcr.NewJSON(func(s string) { fmt.Fprintln(logFile, s) }, funcr.Options{LogTimestamp: true})
+	ctrl.SetLogger(log) // controller-runtime's package-level logger, as cmd/operator sets it
+	fmt.Fprintf(out, "baton demo: %d pods share one lock through the operator and its sidecars (logs: %s)\n\n", o.pods, logPath)
 
-	cc := gocql.NewCluster(hosts...)
-	cc.Timeout, cc.Consistency = 2*time.Second, gocql.Quorum
-	session, err := cc.CreateSession()
+	hosts, stopCassandra, err := cassandra(ctx, out)
 	if err != nil {
-		return fmt.Errorf("connecting to Cassandra at %v: %w", hosts, err)
+		return fmt.Errorf("Cassandra: %w", err)
 	}
-	defer session.Close()
-	if err := cassandrastore.EnsureSchema(ctx, session, "", ""); err != nil {
+	defer stopCassandra()
+
+	fmt.Fprintln(out, "setup: control plane: kube-apiserver and etcd (built from Go modules into ~/.cache/baton on first use, about 12 minutes)")
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	cfg, err := localkube.StartEnv(ctx, localkube.Config{Progress: out}, env)
+	if err != nil {
 		return err
 	}
-	store, err := cassandrastore.New(ctx, session)
+	defer env.Stop()
+	kubectl, err := localkube.Kubectl(ctx, localkube.Config{Progress: out})
 	if err != nil {
 		return err
 	}
 
-	names := make(map[string]string) // owner string → worker name
-	var workers []*worker
-	for i := range o.contenders {
-		w := &worker{name: fmt.Sprintf("worker-%d", i), stop: make(chan bool, 1)}
-		if err := w.start(o, store, names); err != nil {
+	fmt.Fprintln(out, "setup: operator (webhook with its own certificate, status reconciler, sidecar RBAC) and a node agent for the pods")
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Server: cfg, RepoRoot: ".", CassandraHosts: hosts, Keyspace: "baton_demo", Log: log,
+		OperatorArgs: []string{"--status-interval=1s"},
+		SidecarOutput: func(pod string) io.Writer {
+			return &prefixed{prefix: "sidecar " + pod + ": ", w: logFile}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	d := &demo{out: out, c: cl.Client, cl: cl, kubectl: kubectl, start: time.Now(), lease: o.lease}
+	return d.script(ctx, o)
+}
+
+type demo struct {
+	out     io.Writer
+	c       client.Client
+	cl      *devcluster.Cluster
+	kubectl string
+	start   time.Time
+	lease   time.Duration
+	last    string // last timeline line, to print changes only
+}
+
+func (d *demo) script(ctx context.Context, o options) error {
+	if err := d.cl.CreateNamespace(ctx, namespace); err != nil {
+		return err
+	}
+	dl := &batonv1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: lockName},
+		Spec: batonv1.DistributedLockSpec{LockIDs: []string{lockName}, LeaseDuration: &metav1.Duration{Duration: o.lease},
+			TrafficPolicy: batonv1.TrafficReadinessGate},
+	}
+	if err := d.c.Create(ctx, dl); err != nil {
+		return fmt.Errorf("creating the DistributedLock: %w", err)
+	}
+	fmt.Fprintf(d.out, "setup: DistributedLock %s/%s: lock ID %q, lease %v, traffic to the holder only (ReadinessGate)\n", namespace, lockName, lockName, o.lease)
+	var names []string
+	for i := 1; i <= o.pods; i++ {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("report-%d", i),
+				Annotations: map[string]string{inject.AnnotationLock: lockName}},
+			Spec: corev1.PodSpec{ServiceAccountName: devcluster.AppAccount,
+				Containers: []corev1.Container{{Name: "app", Image: "example.com/report-writer:1"}}},
+		}
+		if err := d.c.Create(ctx, pod); err != nil {
+			return fmt.Errorf("creating pod %s: %w", pod.Name, err)
+		}
+		names = append(names, pod.Name)
+		// One at a time, so the queue order is the creation order.
+		if _, err := d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Holder != "" && int(s.Waiting) >= i-1 }); err != nil {
 			return err
 		}
-		workers = append(workers, w)
 	}
-	fmt.Fprintf(out, "demo: %d contenders on lock %q, lease %v; the holder is stopped %d times\n\n",
-		o.contenders, o.lockID, o.lease, o.handoffs)
+	fmt.Fprintf(d.out, "setup: pods %s created; the webhook injected the baton sidecar into each\n\n", strings.Join(names, ", "))
+	d.kubectlRun(ctx, "get", "distributedlocks", "-n", namespace)
+	d.kubectlRun(ctx, "get", "pods", "-n", namespace, "-o", "custom-columns=POD:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,LOCK-HELD:.status.conditions[?(@.type=='baton.dev/lock-held')].status")
 
-	started := time.Now()
-	for _, w := range workers {
-		go w.loop(ctx, o.lockID)
+	holder, err := d.current(ctx)
+	if err != nil {
+		return err
 	}
-	var last lock.Status
-	var handoffs []time.Duration
-	stopAt, stoppedAt, graceful := time.Now().Add(2*time.Second), time.Time{}, true
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for len(handoffs) < o.handoffs {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-		st, err := lock.Inspect(ctx, store, o.lockID)
-		if err != nil {
-			fmt.Fprintf(out, "%7.1fs  store error: %v\n", time.Since(started).Seconds(), err)
-			continue
-		}
-		if changed(last, st) {
-			printStatus(out, time.Since(started), st, names)
-			if !stoppedAt.IsZero() && st.Record.Held() && st.Record.Token != last.Record.Token {
-				d := time.Since(stoppedAt)
-				handoffs = append(handoffs, d)
-				kind := "after graceful release"
-				if !graceful {
-					kind = "after the holder was killed (lease expiry)"
-				}
-				fmt.Fprintf(out, "          ↳ handoff %s took %v\n", kind, d.Round(time.Millisecond))
-				stoppedAt, graceful = time.Time{}, !graceful
-				stopAt = time.Now().Add(2 * time.Second)
-			}
-			last = st
-		}
-		if stoppedAt.IsZero() && time.Now().After(stopAt) && st.Record.Held() && !st.Record.Revoked {
-			holder := names[st.Record.Owner]
-			for _, w := range workers {
-				if w.name == holder {
-					verb := "stopping %s gracefully (releases the lock)"
-					if !graceful {
-						verb = "killing %s (no release: its lease must run out)"
-					}
-					fmt.Fprintf(out, "%7.1fs  "+verb+"\n", time.Since(started).Seconds(), holder)
-					w.stop <- graceful
-					stoppedAt = time.Now()
-				}
-			}
-		}
+	fmt.Fprintf(d.out, "\n1. delete the holder pod %s: its sidecar releases the lock at SIGTERM\n", holder.Holder)
+	t0 := time.Now()
+	if err := d.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: holder.Holder}}); err != nil {
+		return err
 	}
-	fmt.Fprintf(out, "\ndemo: %d handoffs, tokens only grew; done in %v\n", len(handoffs), time.Since(started).Round(time.Second))
-	for _, w := range workers {
-		select {
-		case w.stop <- true:
-		default:
-		}
+	next, err := d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Holder != "" && s.Holder != holder.Holder })
+	if err != nil {
+		return err
+	}
+	graceful := time.Since(t0)
+
+	fmt.Fprintf(d.out, "\n2. kill %s's sidecar with SIGKILL and never restart it (a node crash): the lease must run out\n", next.Holder)
+	sc, err := d.cl.Agent.Sidecar(ctx, namespace, next.Holder)
+	if err != nil {
+		return err
+	}
+	t0 = time.Now()
+	if err := sc.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	third, err := d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Holder != "" && s.Holder != next.Holder })
+	if err != nil {
+		return err
+	}
+	crash := time.Since(t0)
+
+	fmt.Fprintf(d.out, "\n3. revoke %s's grant: kubectl annotate distributedlock %s %s=%s\n", third.Holder, lockName, batonv1.AnnotationRevoke, lockName)
+	t0 = time.Now()
+	d.kubectlRun(ctx, "annotate", "distributedlock", lockName, "-n", namespace, batonv1.AnnotationRevoke+"="+lockName)
+	fourth, err := d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Token > third.Token })
+	if err != nil {
+		return err
+	}
+	revoked := time.Since(t0)
+
+	fmt.Fprintln(d.out)
+	d.kubectlRun(ctx, "get", "distributedlocks", "-n", namespace, "-o", "wide")
+	d.kubectlRun(ctx, "get", "events.v1.events.k8s.io", "-n", namespace, "--sort-by=.metadata.creationTimestamp",
+		"-o", "custom-columns=OBJECT:.regarding.name,REASON:.reason,NOTE:.note")
+	fmt.Fprintf(d.out, "\nsummary (lease %v; times as seen in the DistributedLock's status, which the operator refreshes on pod changes and every second):\n", o.lease)
+	fmt.Fprintf(d.out, "  graceful handoff %s -> %s: %v\n", holder.Holder, next.Holder, graceful.Round(time.Millisecond))
+	fmt.Fprintf(d.out, "  crash failover   %s -> %s: %v (about one lease: the waiter must see the record unchanged for a full lease)\n", next.Holder, third.Holder, crash.Round(time.Millisecond))
+	fmt.Fprintf(d.out, "  revocation       %s -> %s: %v (the revoked holder fences itself at its next renewal; the next grant waits one lease)\n", third.Holder, fourth.Holder, revoked.Round(time.Millisecond))
+	fmt.Fprintf(d.out, "  fencing tokens: %d, %d, %d, %d: every grant's token is larger than all before it\n", holder.Token, next.Token, third.Token, fourth.Token)
+
+	if o.keep {
+		fmt.Fprintf(d.out, "\nstill running; try: KUBECONFIG=%s %s get dlock -A   (Ctrl-C to stop)\n", d.cl.Kubeconfig, d.kubectl)
+		<-ctx.Done()
 	}
 	return nil
 }
 
-func (w *worker) start(o options, store lock.Store, names map[string]string) error {
-	w.store = cutstore.New(store)
-	owner, err := lock.NewOwner("demo/" + w.name)
-	if err != nil {
-		return err
-	}
-	w.locker, err = lock.New(w.store, owner, lock.WithLease(o.lease))
-	if err != nil {
-		return err
-	}
-	names[owner.String()] = w.name
-	return nil
+// current returns the lock's status now.
+func (d *demo) current(ctx context.Context) (batonv1.LockStatus, error) {
+	return d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Holder != "" })
 }
 
-// loop acquires the lock, holds it until told to stop, and queues again; a killed worker stays
-// dead.
-func (w *worker) loop(ctx context.Context, lockID string) {
-	for ctx.Err() == nil {
-		lease, err := w.locker.Acquire(ctx, lockID)
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				time.Sleep(time.Second)
+// waitFor polls the DistributedLock's status, printing each change of holder, token or waiters
+// with which pods are Ready, until ok holds (at most a minute).
+func (d *demo) waitFor(ctx context.Context, _ string, ok func(batonv1.LockStatus) bool) (batonv1.LockStatus, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var dl batonv1.DistributedLock
+		if err := d.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: lockName}, &dl); err != nil {
+			return batonv1.LockStatus{}, err
+		}
+		if len(dl.Status.Locks) > 0 {
+			s := dl.Status.Locks[0]
+			d.timeline(ctx, s)
+			if ok(s) {
+				return s, nil
 			}
-			continue
+		}
+		if time.Now().After(deadline) {
+			return batonv1.LockStatus{}, errors.New("the lock did not reach the expected state within a minute (see the log)")
 		}
 		select {
-		case graceful := <-w.stop:
-			if !graceful {
-				w.store.Cut(true) // the process "dies": no renewals, no release
-				return
-			}
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = lease.Release(rctx)
-			cancel()
-			time.Sleep(500 * time.Millisecond) // then queue again at the back
-		case <-lease.Done():
 		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = lease.Release(rctx)
-			cancel()
-			return
+			return batonv1.LockStatus{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-func changed(a, b lock.Status) bool {
-	return !a.Record.Held() && b.Record.Held() || a.Record.Token != b.Record.Token ||
-		a.Record.Owner != b.Record.Owner || !slices.Equal(a.Queue, b.Queue)
+func (d *demo) timeline(ctx context.Context, s batonv1.LockStatus) {
+	var pods corev1.PodList
+	var ready []string
+	if err := d.c.List(ctx, &pods, client.InNamespace(namespace)); err == nil {
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					ready = append(ready, p.Name)
+				}
+			}
+		}
+	}
+	holder := s.Holder
+	if holder == "" {
+		holder = "(none)"
+	}
+	line := fmt.Sprintf("holder %-9s token %-3d waiting %d   Ready pods: %s", holder, s.Token, s.Waiting, strings.Join(ready, ", "))
+	if s.LastRevocation != nil {
+		line += fmt.Sprintf("   (revoked token %d)", s.LastRevocation.Token)
+	}
+	if line != d.last {
+		fmt.Fprintf(d.out, "  %7.2fs  %s\n", time.Since(d.start).Seconds(), line)
+		d.last = line
+	}
 }
 
-func printStatus(out io.Writer, at time.Duration, st lock.Status, names map[string]string) {
-	holder := "(free)"
-	if st.Record.Held() {
-		holder = names[st.Record.Owner]
+// kubectlRun runs the real kubectl against the local control plane and prints the command and
+// its output.
+func (d *demo) kubectlRun(ctx context.Context, args ...string) {
+	fmt.Fprintf(d.out, "\n$ kubectl %s\n", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.cl.Kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = d.out, d.out
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(d.out, "(kubectl: %v)\n", err)
 	}
-	queue := make([]string, 0, len(st.Queue))
-	for _, e := range st.Queue {
-		queue = append(queue, names[e.Owner])
-	}
-	fmt.Fprintf(out, "%7.1fs  holder %-9s token %-4d queue [%s]\n", at.Seconds(), holder, st.Record.Token, strings.Join(queue, " "))
 }
 
-// cassandra returns contact points of a running local Cassandra, starting one if needed.
+// cassandra returns the contact points of the Cassandra started by `go run ./hack/cassandra start`
+// when it runs, or starts a node of its own.
 func cassandra(ctx context.Context, out io.Writer) ([]string, func(), error) {
 	cfg := localcassandra.Single()
 	cfg.Progress = out
 	if nodes, err := localcassandra.Status(ctx, cfg); err == nil && len(nodes) > 0 && nodes[0].CQL {
-		fmt.Fprintf(out, "demo: using the running Cassandra at %s\n", nodes[0].Host)
+		fmt.Fprintf(out, "setup: using the running Cassandra at %s\n", nodes[0].Host)
 		return []string{nodes[0].Host}, func() {}, nil
 	}
 	cfg.Name, cfg.NativePort, cfg.StoragePort = "demo", 9642, 7600
 	cfg.DieWithParent = true
-	fmt.Fprintln(out, "demo: starting a local Cassandra (installed from Maven Central on first use)")
+	fmt.Fprintln(out, "setup: Cassandra 5.0 (installed from Maven Central on first use)")
 	cluster, err := localcassandra.Start(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -251,4 +306,17 @@ func cassandra(ctx context.Context, out io.Writer) ([]string, func(), error) {
 		defer cancel()
 		_ = cluster.Stop(sctx)
 	}, nil
+}
+
+// prefixed writes each Write to w with a prefix.
+type prefixed struct {
+	prefix string
+	w      io.Writer
+}
+
+func (p *prefixed) Write(b []byte) (int, error) {
+	if _, err := p.w.Write(append([]byte(p.prefix), b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }

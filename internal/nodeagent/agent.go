@@ -77,6 +77,16 @@ type Sidecar struct {
 	err    error // set before exited closes
 }
 
+// hasExited reports whether the process has exited.
+func (s *Sidecar) hasExited() bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
 // Signal sends sig to the sidecar process.
 func (s *Sidecar) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
 
@@ -174,11 +184,11 @@ func (a *Agent) sync(ctx context.Context, pod *corev1.Pod) {
 	}
 	log := a.cfg.Log.WithValues("pod", pod.Namespace+"/"+pod.Name)
 	a.mu.Lock()
-	_, running := a.sidecars[pod.UID]
+	s, running := a.sidecars[pod.UID]
 	a.mu.Unlock()
 	if !running {
-		s, err := a.start(ctx, pod)
-		if err != nil {
+		var err error
+		if s, err = a.start(ctx, pod); err != nil {
 			log.Error(err, "starting the sidecar")
 			return
 		}
@@ -187,8 +197,19 @@ func (a *Agent) sync(ctx context.Context, pod *corev1.Pod) {
 		a.notifyLocked()
 		a.mu.Unlock()
 		log.Info("sidecar started", "socket", s.Socket)
+		// Like a kubelet, notice the sidecar's death and take the pod out of traffic. It is not
+		// restarted: the demo and tests use that as a node crash.
+		go func() {
+			<-s.exited
+			if ctx.Err() == nil {
+				log.Info("sidecar exited", "err", fmt.Sprint(s.err))
+				if err := a.reportStatus(ctx, pod, true); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+					log.Error(err, "reporting pod status")
+				}
+			}
+		}()
 	}
-	if err := a.reportStatus(ctx, pod); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+	if err := a.reportStatus(ctx, pod, s.hasExited()); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
 		log.Error(err, "reporting pod status")
 	}
 }
@@ -280,13 +301,13 @@ func (a *Agent) podKubeconfig(ctx context.Context, pod *corev1.Pod, path string)
 // reportStatus writes the kubelet's part of pod's status: Running on 127.0.0.1, every container
 // running and ready, and Ready = ContainersReady and every readiness gate True. Other conditions
 // (baton.dev/lock-held) are left as they are.
-func (a *Agent) reportStatus(ctx context.Context, pod *corev1.Pod) error {
+func (a *Agent) reportStatus(ctx context.Context, pod *corev1.Pod, sidecarExited bool) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		cur, err := a.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		want := kubeletStatus(cur)
+		want := kubeletStatus(cur, sidecarExited)
 		if statusEqual(cur.Status, want) {
 			return nil
 		}

@@ -10,13 +10,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/baton-dev/baton/controllers/inject"
 )
 
 // kubeletConditions are the pod conditions a kubelet owns.
 var kubeletConditions = []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady}
 
-// kubeletStatus is pod's status as a kubelet running every container would report it.
-func kubeletStatus(pod *corev1.Pod) corev1.PodStatus {
+// kubeletStatus is pod's status as a kubelet running every container would report it; when
+// sidecarExited, the baton container has exited (and is not restarted), so the pod is not Ready.
+func kubeletStatus(pod *corev1.Pod, sidecarExited bool) corev1.PodStatus {
 	st := *pod.Status.DeepCopy()
 	st.Phase = corev1.PodRunning
 	st.PodIP, st.HostIP = "127.0.0.1", "127.0.0.1"
@@ -25,18 +28,26 @@ func kubeletStatus(pod *corev1.Pod) corev1.PodStatus {
 	if st.StartTime == nil {
 		st.StartTime = ptrTime(pod.CreationTimestamp)
 	}
+	containersReady := corev1.ConditionTrue
 	running := func(cs []corev1.Container, old []corev1.ContainerStatus) []corev1.ContainerStatus {
 		out := make([]corev1.ContainerStatus, 0, len(cs))
 		for _, c := range cs {
 			s := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: true, Started: ptrBool(true),
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: pod.CreationTimestamp}}}
 			for _, o := range old {
-				if o.Name == c.Name {
+				if o.Name == c.Name && o.State.Running != nil {
 					s.State = o.State
-					if s.State.Running == nil {
-						s.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: pod.CreationTimestamp}}
+				}
+			}
+			if c.Name == inject.ContainerName && sidecarExited {
+				s.Ready, s.Started = false, ptrBool(false)
+				s.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", FinishedAt: metav1.Now()}}
+				for _, o := range old {
+					if o.Name == c.Name && o.State.Terminated != nil {
+						s.State = o.State
 					}
 				}
+				containersReady = corev1.ConditionFalse
 			}
 			out = append(out, s)
 		}
@@ -45,7 +56,7 @@ func kubeletStatus(pod *corev1.Pod) corev1.PodStatus {
 	st.ContainerStatuses = running(pod.Spec.Containers, pod.Status.ContainerStatuses)
 	st.InitContainerStatuses = running(pod.Spec.InitContainers, pod.Status.InitContainerStatuses)
 
-	ready := corev1.ConditionTrue
+	ready := containersReady
 	for _, g := range pod.Spec.ReadinessGates {
 		if conditionStatus(pod.Status.Conditions, g.ConditionType) != corev1.ConditionTrue {
 			ready = corev1.ConditionFalse
@@ -53,7 +64,7 @@ func kubeletStatus(pod *corev1.Pod) corev1.PodStatus {
 	}
 	want := map[corev1.PodConditionType]corev1.ConditionStatus{
 		corev1.PodScheduled: corev1.ConditionTrue, corev1.PodInitialized: corev1.ConditionTrue,
-		corev1.ContainersReady: corev1.ConditionTrue, corev1.PodReady: ready,
+		corev1.ContainersReady: containersReady, corev1.PodReady: ready,
 	}
 	for _, t := range kubeletConditions {
 		setCondition(&st.Conditions, t, want[t])

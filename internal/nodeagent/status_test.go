@@ -22,7 +22,7 @@ func TestKubeletStatusReadyFollowsGates(t *testing.T) {
 		return conditionStatus(st.Conditions, corev1.PodReady)
 	}
 
-	st := kubeletStatus(pod)
+	st := kubeletStatus(pod, false)
 	if st.Phase != corev1.PodRunning || st.PodIP == "" || len(st.ContainerStatuses) != 1 || len(st.InitContainerStatuses) != 1 {
 		t.Fatalf("status %+v", st)
 	}
@@ -31,15 +31,32 @@ func TestKubeletStatusReadyFollowsGates(t *testing.T) {
 	}
 	pod.Status = st
 	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: gate, Status: corev1.ConditionTrue})
-	st = kubeletStatus(pod)
+	st = kubeletStatus(pod, false)
 	if ready(st) != corev1.ConditionTrue {
 		t.Errorf("Ready %s with the gate True, want True", ready(st))
 	}
 	if !slices.ContainsFunc(st.Conditions, func(c corev1.PodCondition) bool { return c.Type == gate && c.Status == corev1.ConditionTrue }) {
 		t.Error("the gate's condition was not kept")
 	}
-	if !statusEqual(st, kubeletStatus(&corev1.Pod{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: st})) {
+	if !statusEqual(st, kubeletStatus(&corev1.Pod{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: st}, false)) {
 		t.Error("a second report of the same state differs: the agent would write forever")
+	}
+}
+
+func TestKubeletStatusSidecarExited(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		Containers:     []corev1.Container{{Name: "app"}},
+		InitContainers: []corev1.Container{{Name: "baton"}},
+	}}
+	st := kubeletStatus(pod, true)
+	if conditionStatus(st.Conditions, corev1.PodReady) != corev1.ConditionFalse || conditionStatus(st.Conditions, corev1.ContainersReady) != corev1.ConditionFalse {
+		t.Errorf("conditions %+v: a pod whose sidecar exited must not be Ready", st.Conditions)
+	}
+	if s := st.InitContainerStatuses[0]; s.Ready || s.State.Terminated == nil {
+		t.Errorf("sidecar status %+v, want terminated and not ready", s)
+	}
+	if !statusEqual(st, kubeletStatus(&corev1.Pod{Spec: pod.Spec, Status: st}, true)) {
+		t.Error("a second report of the same state differs")
 	}
 }
 

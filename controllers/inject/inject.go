@@ -6,6 +6,7 @@ import (
 	"math"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,6 +38,16 @@ const (
 	// ReadinessGate is the pod readiness gate of the ReadinessGate traffic policy; the sidecar
 	// sets the condition.
 	ReadinessGate = sidecar.ConditionLockHeld
+	// SidecarUser is the uid and gid the sidecar runs as (the image's user). Its socket is 0660
+	// and owned by this group, so Inject adds the group to the pod's supplemental groups: every
+	// app container, whatever user it runs as, can use the socket.
+	SidecarUser int64 = 65532
+	// TokenVolume gives the sidecar its own service-account token when the pod turns automounting
+	// off (automountServiceAccountToken: false): the sidecar needs it to report the lock to its
+	// pod, the app containers still get none.
+	TokenVolume = "baton-kube-api-access"
+	// TokenDir is where TokenVolume is mounted in the sidecar: where Kubernetes clients look.
+	TokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// EnvSocket and EnvLocks are the environment of every app container: the socket path and the
 	// comma-separated lock IDs of the DistributedLock.
 	EnvSocket = "BATON_SOCKET"
@@ -105,6 +116,19 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 		})
 	}
 
+	// The sidecar's token when the pod has none and the sidecar reports to the pod.
+	tokenless := spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken
+	if tokenless && s.traffic != batonv1.TrafficNone {
+		setVolume(&spec.Volumes, tokenVolume())
+	}
+	// Every container joins the socket's group.
+	if spec.SecurityContext == nil {
+		spec.SecurityContext = &corev1.PodSecurityContext{}
+	}
+	if !slices.Contains(spec.SecurityContext.SupplementalGroups, SidecarUser) {
+		spec.SecurityContext.SupplementalGroups = append(spec.SecurityContext.SupplementalGroups, SidecarUser)
+	}
+
 	// 2. App containers (not init containers): the socket and where to find it.
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
@@ -117,6 +141,9 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 
 	// 3. The sidecar.
 	sc := sidecarContainer(s, cfg, socketMount)
+	if tokenless && s.traffic != batonv1.TrafficNone {
+		sc.VolumeMounts = append(sc.VolumeMounts, corev1.VolumeMount{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true})
+	}
 	if cfg.NativeSidecars {
 		// A native sidecar: started first, before the other init containers, kept running
 		// (restartPolicy Always) and stopped after the app containers, so Jobs complete.
@@ -159,6 +186,8 @@ func sidecarContainer(s settings, cfg Config, socketMount corev1.VolumeMount) co
 		VolumeMounts:    []corev1.VolumeMount{socketMount},
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To(SidecarUser),
+			RunAsGroup:               ptr.To(SidecarUser),
 			ReadOnlyRootFilesystem:   ptr.To(true),
 			AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -186,6 +215,23 @@ func sidecarContainer(s settings, cfg Config, socketMount corev1.VolumeMount) co
 		}
 	}
 	return c
+}
+
+// tokenVolume is the projected service-account token, CA and namespace a Kubernetes client needs,
+// as the API server's own automounted volume holds them.
+func tokenVolume() corev1.Volume {
+	return corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+				Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"},
+			}}}},
+		},
+	}}}
 }
 
 // settings is a DistributedLock resolved against the operator's defaults.

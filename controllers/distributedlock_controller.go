@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -257,8 +258,14 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 		return failed
 	}
 	// Remove the annotation only if it still says what we carried out.
-	patch := []byte(fmt.Sprintf(`[{"op":"test","path":"/metadata/annotations/%s","value":%q},{"op":"remove","path":"/metadata/annotations/%s"}]`,
-		jsonPointerEscape(batonv1.AnnotationRevoke), value, jsonPointerEscape(batonv1.AnnotationRevoke)))
+	path := "/metadata/annotations/" + jsonPointerEscape(batonv1.AnnotationRevoke)
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": path, "value": value},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return err
+	}
 	if err := r.Client.Patch(ctx, dl.DeepCopy(), client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing annotation %s: %w", batonv1.AnnotationRevoke, err)
 	}

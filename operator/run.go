@@ -99,7 +99,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
 		// Only injected pods and the sidecar Roles and RoleBindings: the operator never needs the
 		// others, and caching every pod of a large cluster would cost memory for nothing.
-		Cache: cache.Options{ByObject: sidecaraccess.CacheByObject()},
+		Cache: cache.Options{ByObject: sidecaraccess.CacheByObject(), DefaultTransform: cache.TransformStripManagedFields()},
 	})
 	if err != nil {
 		return fmt.Errorf("operator: manager: %w", err)

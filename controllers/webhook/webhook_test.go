@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -29,12 +31,22 @@ import (
 	"github.com/baton-dev/baton/internal/testenv"
 )
 
-var kube = testenv.NewKubeWithCRDs("../../config/crd/bases")
+var (
+	kube = testenv.NewKubeWithCRDs("../../config/crd/bases")
+	// serverLog is controller-runtime's log (the webhook server's), shown when the binary fails.
+	serverLog = &testenv.SyncBuffer{}
+)
 
 func TestMain(m *testing.M) {
+	// controller-runtime's package-level logger, used by the webhook server. Unset, it prints a
+	// warning with a stack trace once the binary runs longer than 30 s, as the benchmarks do.
+	ctrllog.SetLogger(funcr.New(func(prefix, args string) { fmt.Fprintln(serverLog, prefix, args) }, funcr.Options{}))
 	code := m.Run()
 	srv.stop()
 	kube.Stop()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "webhook server log:\n%s\n", serverLog.String())
+	}
 	os.Exit(code)
 }
 
@@ -106,7 +118,7 @@ func (s *server) stop() {
 }
 
 // setup returns a client that knows batonv1, a clientset, the call log and a fresh namespace.
-func setup(t *testing.T) (client.Client, kubernetes.Interface, *calls, string) {
+func setup(t testing.TB) (client.Client, kubernetes.Interface, *calls, string) {
 	t.Helper()
 	cfg := kube.Config(t) // skips, or fails under CI, without a control plane
 	srv.once.Do(func() { srv.err = srv.start(cfg) })
@@ -121,6 +133,9 @@ func setup(t *testing.T) (client.Client, kubernetes.Interface, *calls, string) {
 }
 
 func (s *server) start(cfg *rest.Config) error {
+	// No client-side rate limit (client-go's default is 5 requests/s): the webhook reads a
+	// DistributedLock per admission and BenchmarkAdmission creates pods back to back.
+	cfg.QPS = -1
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err

@@ -174,8 +174,8 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 			t.Errorf("kubectl output lacks %q", want)
 		}
 	}
-	waitEvent(t, env, ns, "orders", controllers.ReasonHolderChanged,
-		fmt.Sprintf("lock orders: %s/web-a -> %s/web-b (token %d)", ns, ns, second))
+	// The operator may or may not have seen the lock free between the two grants.
+	waitEvent(t, env, ns, "orders", controllers.ReasonHolderChanged, fmt.Sprintf(" -> %s/web-b (token %d)", ns, second))
 
 	// Revocation by annotation: recorded, annotation removed, holder fenced.
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"orders"}}}`, batonv1.AnnotationRevoke)

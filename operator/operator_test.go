@@ -110,9 +110,14 @@ func TestGlobalScopeInAllowedNamespace(t *testing.T) {
 	if err := env.CreateNamespace(context.Background(), globalNamespace); err != nil {
 		t.Fatal(err)
 	}
-	create(t, env, newLock(globalNamespace, "cluster-singleton", func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal }))
-	create(t, env, appPod(globalNamespace, "worker", "cluster-singleton"))
-	waitCondition(t, env, globalNamespace, "cluster-singleton", batonv1.ConditionReady, metav1.ConditionTrue, "StatusCurrent")
+	name := fmt.Sprintf("cluster-singleton-%d", time.Now().UnixNano()%1_000_000)
+	create(t, env, newLock(globalNamespace, name, func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal }))
+	create(t, env, appPod(globalNamespace, "worker-"+name, name))
+	st := waitLock(t, env, globalNamespace, name, "the Global lock held", func(s batonv1.LockStatus) bool { return s.Holder == "worker-"+name })
+	if st.HolderNamespace != globalNamespace {
+		t.Errorf("holder namespace %q", st.HolderNamespace)
+	}
+	waitCondition(t, env, globalNamespace, name, batonv1.ConditionReady, metav1.ConditionTrue, "StatusCurrent")
 }
 
 // TestStatusFollowsRealSidecars: sidecar processes started from the injected pods hold the lock on

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/baton-dev/baton/controllers/webhook"
+	"github.com/baton-dev/baton/operator"
 	"github.com/baton-dev/baton/internal/testenv"
 )
 
@@ -370,6 +371,7 @@ func TestDefaultRender(t *testing.T) {
 
 	t.Run("deployment", func(t *testing.T) {
 		d := get[*appsv1.Deployment](t, objs, "Deployment", "baton-operator")
+		operatorAccepts(t, d)
 		if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 			t.Errorf("replicas = %v, want 2", d.Spec.Replicas)
 		}
@@ -470,7 +472,9 @@ func TestCertManagerRender(t *testing.T) {
 	if !reflect.DeepEqual(mwc.Webhooks, wantCfg.Webhooks) {
 		t.Errorf("webhooks differ from controllers/webhook.MutatingWebhookConfiguration:\n%s", toYAML(mwc.Webhooks))
 	}
-	if got, _ := arg(get[*appsv1.Deployment](t, objs, "Deployment", "baton-operator"), "webhook-certs"); got != "external" {
+	d := get[*appsv1.Deployment](t, objs, "Deployment", "baton-operator")
+	operatorAccepts(t, d)
+	if got, _ := arg(d, "webhook-certs"); got != "external" {
 		t.Errorf("--webhook-certs=%q, want external", got)
 	}
 
@@ -606,8 +610,26 @@ func TestValues(t *testing.T) {
 				args = append(args, "--set", s)
 			}
 			objs := decode(t, template(t, args...))
-			tc.check(t, objs, get[*appsv1.Deployment](t, objs, "Deployment", "baton-operator"))
+			d := get[*appsv1.Deployment](t, objs, "Deployment", "baton-operator")
+			tc.check(t, objs, d)
+			operatorAccepts(t, d)
 		})
+	}
+}
+
+// operatorAccepts checks that the operator binary's own flag parser takes the arguments the chart
+// renders, so chart and flags cannot drift apart.
+func operatorAccepts(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	c := d.Spec.Template.Spec.Containers[0]
+	env := func(name string) string {
+		if name == "POD_NAMESPACE" {
+			return namespace
+		}
+		return ""
+	}
+	if _, err := operator.ParseOptions(c.Args, env); err != nil {
+		t.Errorf("the operator rejects the chart's arguments %q: %v", c.Args, err)
 	}
 }
 

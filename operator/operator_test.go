@@ -3,6 +3,8 @@ package operator_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -37,6 +39,17 @@ func TestOperatorHealthAndLeaderElection(t *testing.T) {
 		l, err := env.Kube.CoordinationV1().Leases(devcluster.Namespace).Get(context.Background(), "baton-operator.baton.dev", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	})
+	resp, err := http.Get("http://" + env.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`controller_runtime_reconcile_total{controller="distributedlock"`, `controller_runtime_reconcile_total{controller="sidecaraccess"`, "workqueue_depth"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	mwc, err := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "baton-inject", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

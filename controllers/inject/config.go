@@ -155,7 +155,7 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	var p problems
 	if strings.TrimSpace(c.Image) == "" {
-		p.add("sidecar image is empty: set the operator's sidecar image")
+		p.add("sidecar image is empty: set the operator's sidecar image (--sidecar-image)")
 	}
 	switch c.ImagePullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

@@ -69,6 +69,8 @@ type Cluster struct {
 	Agent      *nodeagent.Agent
 	Kubeconfig string // admin kubeconfig file, e.g. for kubectl
 	ProbeAddr  string // the operator's /healthz and /readyz
+	// MetricsAddr serves the operator's Prometheus metrics at /metrics.
+	MetricsAddr string
 
 	dir       string
 	cancel    context.CancelFunc
@@ -114,8 +116,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := install(ctx, c, scheme, o.RepoRoot); err != nil {
 		return fail(err)
 	}
-	webhookPort, probePort, err := freePort(), freePort(), error(nil)
-	if webhookPort == 0 || probePort == 0 {
+	webhookPort, probePort, metricsPort := freePort(), freePort(), freePort()
+	if webhookPort == 0 || probePort == 0 || metricsPort == 0 {
 		return fail(errors.New("no free local port"))
 	}
 	// The chart's configuration names a Service; a local webhook is reached by URL, with a
@@ -129,6 +131,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return fail(err)
 	}
 	cl.ProbeAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(probePort))
+	cl.MetricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(metricsPort))
 	args := append([]string{
 		"--namespace=" + Namespace,
 		"--sidecar-image=ghcr.io/baton-dev/baton:dev",
@@ -137,7 +140,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		"--webhook-port=" + strconv.Itoa(webhookPort),
 		"--webhook-cert-dir=" + certDir,
 		"--webhook-extra-dns-names=localhost",
-		"--metrics-bind-address=0",
+		"--metrics-bind-address=" + cl.MetricsAddr,
 		"--health-probe-bind-address=" + cl.ProbeAddr,
 	}, o.OperatorArgs...)
 	opts, err := operator.ParseOptions(args, func(string) string { return "" })

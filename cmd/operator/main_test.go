@@ -1,0 +1,84 @@
+package main_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "baton-operator-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "operator")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run runs the operator binary with a clean environment and returns its output and exit code.
+func run(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	default:
+		t.Fatal(err)
+		return "", -1
+	}
+}
+
+func TestHelp(t *testing.T) {
+	out, code := run(t, nil, "-h")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{"-sidecar-image", "-webhook-certs", "-global-namespaces", "-leader-elect", "-health-probe-bind-address"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("-h output lacks %s", want)
+		}
+	}
+}
+
+func TestBadSettingsAreAllReported(t *testing.T) {
+	out, code := run(t, nil, "--webhook-certs=sometimes", "--sidecar-memory-limit=lots", "--status-interval=1ms")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2:\n%s", code, out)
+	}
+	for _, want := range []string{
+		`--sidecar-memory-limit="lots"`, "sidecar image is empty", "--namespace is empty and POD_NAMESPACE is not set",
+		`--webhook-certs="sometimes": use self or external`, "--status-interval=1ms",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, code = run(t, nil, "--no-such-flag")
+	if code != 2 || !strings.Contains(out, "run with -h") {
+		t.Errorf("unknown flag: exit %d:\n%s", code, out)
+	}
+}
+
+func TestNoClusterIsAClearError(t *testing.T) {
+	out, code := run(t, []string{"POD_NAMESPACE=baton-system", "KUBERNETES_SERVICE_HOST=", "KUBECONFIG=" + filepath.Join(t.TempDir(), "none")},
+		"--sidecar-image=ghcr.io/baton-dev/baton:v0.1.0")
+	if code != 1 || !strings.Contains(out, "Kubernetes") {
+		t.Errorf("exit %d, want 1 with a message about the Kubernetes configuration:\n%s", code, out)
+	}
+}

@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/baton-dev/baton/controllers/webhook"
-	"github.com/baton-dev/baton/operator"
 	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/operator"
 )
 
 const (

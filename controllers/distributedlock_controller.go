@@ -64,6 +64,8 @@ type DistributedLockReconciler struct {
 	// Interval between store reads of one DistributedLock (DefaultStatusInterval when zero).
 	Interval time.Duration
 	Log      logr.Logger
+	// Metrics, when set, exports what the reconciler saw (see NewMetrics).
+	Metrics *Metrics
 	// Now is the clock of revocation records (time.Now when nil).
 	Now func() time.Time
 }
@@ -124,6 +126,9 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	log := r.Log.WithValues("distributedlock", req.NamespacedName)
 	dl := &batonv1.DistributedLock{}
 	if err := r.Client.Get(ctx, req.NamespacedName, dl); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.forget(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	orig := dl.DeepCopy()
@@ -152,6 +157,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if err != nil {
 		log.Info("lock store unreachable", "err", err.Error())
+		r.Metrics.unreachable(dl)
 		msg := err.Error()
 		r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionFalse, ReasonStoreUnreachable, msg)
 		r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, ReasonStoreUnreachable,
@@ -167,7 +173,9 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 
 	st.Locks = LockStatuses(dl, snapshots, prev)
-	for _, c := range HolderChanges(prev, st.Locks) {
+	changes := HolderChanges(prev, st.Locks)
+	r.Metrics.observe(dl, st.Locks, changes)
+	for _, c := range changes {
 		from := c.OldHolder
 		if from == "" {
 			from = "nobody"
@@ -250,6 +258,7 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 				dl.Status.Locks[i].LastRevocation = &batonv1.Revocation{Token: token, Holder: holder, Time: metav1.NewTime(r.now())}
 			}
 		}
+		r.Metrics.revoked(dl, id)
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRevoked, "Revoke",
 			"lock %s: revoked %s's grant (token %d); it stops claiming the lock at its next renewal, and the next waiter is granted one lease later", id, holder, token)
 		r.Log.Info("revoked", "distributedlock", client.ObjectKeyFromObject(dl), "lock", id, "holder", holder, "token", token)

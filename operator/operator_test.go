@@ -195,6 +195,18 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	// The operator may or may not have seen the lock free between the two grants.
 	waitEvent(t, env, ns, "orders", controllers.ReasonHolderChanged, fmt.Sprintf(" -> %s/web-b (token %d)", ns, second))
 
+	// The same state as Prometheus metrics.
+	metric := fmt.Sprintf(`baton_distributedlock_token{distributedlock="orders",lock="orders",namespace=%q} %d`, ns, second)
+	testenv.WaitFor(t, "metric "+metric, 10*time.Second, func() bool {
+		resp, err := http.Get("http://" + env.MetricsAddr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), metric)
+	})
+
 	// Revocation by annotation: recorded, annotation removed, holder fenced.
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"orders"}}}`, batonv1.AnnotationRevoke)
 	if err := env.Client.Patch(context.Background(), got, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -107,6 +108,10 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 
 	pool := storepool.New(storepool.WithLogger(log.WithName("storepool")), ensureSchema(o))
 	defer pool.Close()
+	metrics := controllers.NewMetrics()
+	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
 	reconciler := &controllers.DistributedLockReconciler{
 		Client:   mgr.GetClient(),
 		Stores:   &controllers.PoolSource{Pool: pool, Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults},
@@ -114,6 +119,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		Config:   o.Inject,
 		Interval: o.StatusInterval,
 		Log:      log.WithName("distributedlock"),
+		Metrics:  metrics,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)

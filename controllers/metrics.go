@@ -1,0 +1,117 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+)
+
+// Metrics are the reconciler's Prometheus metrics: what the lock store said at the last reconcile,
+// per DistributedLock and lock ID. A nil *Metrics records nothing.
+type Metrics struct {
+	held, token, waiting *prometheus.GaugeVec
+	reachable            *prometheus.GaugeVec
+	changes, revocations *prometheus.CounterVec
+}
+
+// NewMetrics returns unregistered metrics; see Register.
+func NewMetrics() *Metrics {
+	lockLabels := []string{"namespace", "distributedlock", "lock"}
+	gauge := func(name, help string, labels []string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, lockLabels)
+	}
+	return &Metrics{
+		held:        gauge("baton_distributedlock_held", "1 when the lock store shows a holder for the lock, else 0.", lockLabels),
+		token:       gauge("baton_distributedlock_token", "Fencing token of the lock's current (or last) grant.", lockLabels),
+		waiting:     gauge("baton_distributedlock_waiting", "Contenders queued for the lock, not counting the holder.", lockLabels),
+		reachable:   gauge("baton_distributedlock_store_reachable", "1 when the operator could read the DistributedLock's lock store at the last reconcile.", []string{"namespace", "distributedlock"}),
+		changes:     counter("baton_distributedlock_holder_changes_total", "Grants to a new holder seen by the operator (it may miss changes between reconciles)."),
+		revocations: counter("baton_distributedlock_revocations_total", "Grants revoked through the baton.dev/revoke annotation."),
+	}
+}
+
+// Register registers m with r. Metrics already registered there (a second operator in the same
+// process, in tests) are taken over, so both keep working.
+func (m *Metrics) Register(r prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []*prometheus.GaugeVec{m.held, m.token, m.waiting, m.reachable} {
+		if got, err := register(r, c); err != nil {
+			errs = append(errs, err)
+		} else {
+			*c = *got
+		}
+	}
+	for _, c := range []*prometheus.CounterVec{m.changes, m.revocations} {
+		if got, err := register(r, c); err != nil {
+			errs = append(errs, err)
+		} else {
+			*c = *got
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func register[C prometheus.Collector](r prometheus.Registerer, c C) (C, error) {
+	err := r.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.As(err, &are):
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("controllers: registering metrics: %w", err)
+}
+
+func (m *Metrics) observe(dl *batonv1.DistributedLock, locks []batonv1.LockStatus, changes []HolderChange) {
+	if m == nil {
+		return
+	}
+	m.reachable.WithLabelValues(dl.Namespace, dl.Name).Set(1)
+	for _, l := range locks {
+		held := 0.0
+		if l.Holder != "" {
+			held = 1
+		}
+		m.held.WithLabelValues(dl.Namespace, dl.Name, l.LockID).Set(held)
+		m.token.WithLabelValues(dl.Namespace, dl.Name, l.LockID).Set(float64(l.Token))
+		m.waiting.WithLabelValues(dl.Namespace, dl.Name, l.LockID).Set(float64(l.Waiting))
+	}
+	for _, c := range changes {
+		m.changes.WithLabelValues(dl.Namespace, dl.Name, c.LockID).Inc()
+	}
+}
+
+func (m *Metrics) unreachable(dl *batonv1.DistributedLock) {
+	if m != nil {
+		m.reachable.WithLabelValues(dl.Namespace, dl.Name).Set(0)
+	}
+}
+
+func (m *Metrics) revoked(dl *batonv1.DistributedLock, lockID string) {
+	if m != nil {
+		m.revocations.WithLabelValues(dl.Namespace, dl.Name, lockID).Inc()
+	}
+}
+
+// forget drops every series of the DistributedLock namespace/name.
+func (m *Metrics) forget(namespace, name string) {
+	if m == nil {
+		return
+	}
+	match := prometheus.Labels{"namespace": namespace, "distributedlock": name}
+	for _, g := range []*prometheus.GaugeVec{m.held, m.token, m.waiting, m.reachable} {
+		g.DeletePartialMatch(match)
+	}
+	for _, c := range []*prometheus.CounterVec{m.changes, m.revocations} {
+		c.DeletePartialMatch(match)
+	}
+}

@@ -30,6 +30,7 @@ func LockStatuses(dl *batonv1.DistributedLock, snapshots map[string]lock.Status,
 		st := batonv1.LockStatus{LockID: id, Token: snap.Record.Token, Waiting: int32(len(snap.Queue)),
 			Transitions: old.Transitions, LastRevocation: old.LastRevocation}
 		if snap.Record.Held() {
+			st.Revoked = snap.Record.Revoked
 			st.HolderNamespace, st.Holder = batonv1.PodOfOwner(snap.Record.Owner)
 			if !snap.Record.GrantedAt.IsZero() {
 				t := metav1.NewTime(snap.Record.GrantedAt)

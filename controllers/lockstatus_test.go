@@ -72,3 +72,16 @@ func TestPodOfOwner(t *testing.T) {
 		}
 	}
 }
+
+func TestLockStatusesRevoked(t *testing.T) {
+	dl := &batonv1.DistributedLock{Spec: batonv1.DistributedLockSpec{LockIDs: []string{"orders"}}}
+	rec := lock.Record{Owner: "shop/b/uid-b#1", Token: 5, Revoked: true}
+	got := LockStatuses(dl, map[string]lock.Status{"orders": {Exists: true, Record: rec}}, nil)
+	if !got[0].Revoked || got[0].Holder != "b" {
+		t.Errorf("a revoked grant: %+v, want holder b marked revoked", got[0])
+	}
+	rec.Revoked = false
+	if got := LockStatuses(dl, map[string]lock.Status{"orders": {Exists: true, Record: rec}}, got); got[0].Revoked {
+		t.Errorf("a live grant marked revoked: %+v", got[0])
+	}
+}

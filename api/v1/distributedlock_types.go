@@ -308,6 +308,12 @@ type LockStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	Waiting int32 `json:"waiting"`
 
+	// revoked is true while the current grant is revoked and not yet replaced: the holder has
+	// stopped (or is about to stop) claiming the lock, and the next waiter is granted one lease
+	// after the revocation.
+	// +optional
+	Revoked bool `json:"revoked,omitempty"`
+
 	// lastRevocation records the last grant of this lock that the operator revoked because the
 	// DistributedLock was annotated baton.dev/revoke: <lockId>.
 	// +optional

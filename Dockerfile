@@ -1,4 +1,4 @@
-# baton image: the sidecar (and, as they land, the operator and the baton CLI).
+# baton image: the sidecar (entrypoint), the operator (/usr/local/bin/operator, as the chart runs it) and the baton CLI.
 # Build: docker build -t baton .   (the RUN line below is `make build`'s command, verbatim)
 FROM golang:1.26 AS build
 WORKDIR /src

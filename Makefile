@@ -105,7 +105,7 @@ bench: ## lock benchmarks on a local Cassandra (acquire latency vs one LWT, hand
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./controllers/webhook/
 
 .PHONY: build
-build: ## build the binaries (sidecar) into bin/, as the Dockerfile does
+build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does
 	$(BUILD)
 
 .PHONY: cassandra-start cassandra-stop

@@ -103,6 +103,7 @@ soak: ## 1,000 simulated histories per fault class
 bench: ## lock benchmarks on a local Cassandra (acquire latency vs one LWT, handoff), webhook admission latency on a local kube-apiserver
 	$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./lock/cassandrastore/
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./controllers/webhook/
+	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./bench/compare/ -compare.run $(COMPAREFLAGS)
 
 .PHONY: build
 build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does

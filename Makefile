@@ -100,7 +100,7 @@ soak: ## 1,000 simulated histories per fault class
 	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
 
 .PHONY: bench
-bench: ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton, client-go; about 10 min)
+bench: ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton, client-go; the comparison alone about 9 min)
 	$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./lock/cassandrastore/
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./controllers/webhook/
 	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./bench/compare/ -compare.run $(COMPAREFLAGS)

@@ -44,6 +44,9 @@ const (
 // Kubernetes changed: Cassandra has no watch.
 const DefaultStatusInterval = 10 * time.Second
 
+// conflictRetry is how soon a reconcile whose status write met a newer object runs again.
+const conflictRetry = 100 * time.Millisecond
+
 // storeTimeout bounds the store reads and revocations of one reconcile.
 const storeTimeout = 15 * time.Second
 
@@ -145,7 +148,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			meta.IsStatusConditionTrue(orig.Status.Conditions, batonv1.ConditionReady) {
 			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonScopeNotAllowed, "Validate", "%s", msg)
 		}
-		return ctrl.Result{}, r.patchStatus(ctx, orig, dl)
+		return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{})
 	}
 
 	storeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
@@ -166,10 +169,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonStoreUnreachable, "ReadLockStore", "%s", msg)
 		}
 		st.ObservedGeneration = dl.Generation
-		if perr := r.patchStatus(ctx, orig, dl); perr != nil {
-			return ctrl.Result{}, perr
-		}
-		return ctrl.Result{RequeueAfter: r.interval()}, nil
+		return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{RequeueAfter: r.interval()})
 	}
 
 	st.Locks = LockStatuses(dl, snapshots, prev)
@@ -183,7 +183,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonHolderChanged, "Acquire",
 			"lock %s: %s -> %s (token %d)", c.LockID, from, c.NewHolder, c.NewToken)
 	}
-	revokeErr := r.revoke(storeCtx, dl, store, snapshots)
+	revoked, revokeErr := r.revoke(storeCtx, dl, store, snapshots)
 
 	r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionTrue, "Read",
 		fmt.Sprintf("read %d lock(s) from the lock store", len(dl.Spec.LockIDs)))
@@ -191,10 +191,15 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		"status.locks reflects the lock store as of the last reconcile")
 	st.ObservedGeneration = dl.Generation
 	if err := r.patchStatus(ctx, orig, dl); err != nil {
-		return ctrl.Result{}, err
+		return statusWritten(err, ctrl.Result{})
 	}
 	if revokeErr != nil {
 		return ctrl.Result{}, revokeErr
+	}
+	// Only now that the revocation is recorded: a reconcile woken by this change then reads a
+	// copy that holds the record.
+	if err := r.removeRevokeAnnotation(ctx, dl, revoked); err != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: r.interval()}, nil
 }
@@ -213,12 +218,13 @@ func (r *DistributedLockReconciler) inspect(ctx context.Context, dl *batonv1.Dis
 }
 
 // revoke carries out the baton.dev/revoke annotation: it revokes the grant of each named lock it
-// saw in snapshots, by that grant's token, records it, and removes the annotation once every ID
-// was dealt with. A store error keeps the annotation for the retry.
-func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.DistributedLock, store lock.Store, snapshots map[string]lock.Status) error {
+// saw in snapshots, by that grant's token, and records it in dl's status. It returns the
+// annotation's value once every ID was dealt with, for removeRevokeAnnotation; a store error
+// keeps the annotation for the retry.
+func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.DistributedLock, store lock.Store, snapshots map[string]lock.Status) (string, error) {
 	value, ok := dl.Annotations[batonv1.AnnotationRevoke]
 	if !ok {
-		return nil
+		return "", nil
 	}
 	var failed error
 	for _, id := range strings.Split(value, ",") {
@@ -264,9 +270,17 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 		r.Log.Info("revoked", "distributedlock", client.ObjectKeyFromObject(dl), "lock", id, "holder", holder, "token", token)
 	}
 	if failed != nil {
-		return failed
+		return "", failed
 	}
-	// Remove the annotation only if it still says what we carried out.
+	return value, nil
+}
+
+// removeRevokeAnnotation removes the baton.dev/revoke annotation if it still says value (the
+// request carried out); a changed annotation is left for the next reconcile.
+func (r *DistributedLockReconciler) removeRevokeAnnotation(ctx context.Context, dl *batonv1.DistributedLock, value string) error {
+	if value == "" {
+		return nil
+	}
 	path := "/metadata/annotations/" + jsonPointerEscape(batonv1.AnnotationRevoke)
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "test", "path": path, "value": value},
@@ -321,12 +335,27 @@ func (r *DistributedLockReconciler) setCondition(dl *batonv1.DistributedLock, ty
 	})
 }
 
-// patchStatus writes dl's status when it differs from orig's.
+// statusWritten is the result of a reconcile that wrote status with err: next when it succeeded, a
+// prompt retry when our cached copy was stale (a conflict), err otherwise.
+func statusWritten(err error, next ctrl.Result) (ctrl.Result, error) {
+	switch {
+	case err == nil:
+		return next, nil
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	default:
+		return ctrl.Result{}, err
+	}
+}
+
+// patchStatus writes dl's status when it differs from orig's. The status carries state forward
+// (transitions, the last revocation), so the patch is conditioned on orig's resourceVersion: a
+// write based on a stale cached copy fails with a conflict instead of dropping that state.
 func (r *DistributedLockReconciler) patchStatus(ctx context.Context, orig, dl *batonv1.DistributedLock) error {
 	if equality.Semantic.DeepEqual(orig.Status, dl.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, dl, client.MergeFrom(orig)); err != nil {
+	if err := r.Client.Status().Patch(ctx, dl, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("writing status of DistributedLock %s/%s: %w", dl.Namespace, dl.Name, err)
 	}
 	return nil

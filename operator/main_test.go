@@ -8,7 +8,6 @@ package operator_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/devcluster"
 	"github.com/baton-dev/baton/internal/localcassandra"
+	"github.com/baton-dev/baton/internal/nodeagent"
 	"github.com/baton-dev/baton/internal/testenv"
 )
 
@@ -70,11 +70,9 @@ func up(t *testing.T) *devcluster.Cluster {
 		defer cancel()
 		shared.cluster, shared.err = devcluster.Start(ctx, devcluster.Options{
 			Server: cfg, RepoRoot: "..", CassandraHosts: hosts, Keyspace: keyspace,
-			OperatorArgs: []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace},
-			Log:          funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, s) }, funcr.Options{LogTimestamp: true, Verbosity: 1}),
-			SidecarOutput: func(pod string) io.Writer {
-				return &prefixWriter{prefix: pod + ": ", w: sidecarLog}
-			},
+			OperatorArgs:  []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace},
+			Log:           funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, s) }, funcr.Options{LogTimestamp: true, Verbosity: 1}),
+			SidecarOutput: nodeagent.PrefixLines(sidecarLog, ""),
 		})
 	})
 	if shared.err != nil {
@@ -91,17 +89,4 @@ func newNamespace(t *testing.T, c *devcluster.Cluster, prefix string) string {
 		t.Fatal(err)
 	}
 	return ns
-}
-
-// prefixWriter writes each Write to w with a prefix (sidecar logs are whole lines).
-type prefixWriter struct {
-	prefix string
-	w      io.Writer
-}
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	if _, err := p.w.Write(append([]byte(p.prefix), b...)); err != nil {
-		return 0, err
-	}
-	return len(b), nil
 }

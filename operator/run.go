@@ -135,7 +135,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 	}
 	certsReady := make(chan struct{})
 	if o.WebhookCerts == CertsSelf {
-		if err := ensureSecret(ctx, cfg, scheme, o.Namespace, o.WebhookSecret); err != nil {
+		if err := ensureSecret(ctx, mgr.GetAPIReader(), mgr.GetClient(), o.Namespace, o.WebhookSecret); err != nil {
 			return err
 		}
 		dns := o.WebhookService + "." + o.Namespace + ".svc"
@@ -193,11 +193,9 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 
 // ensureSecret creates the (empty) Secret the certificate rotator fills, unless it exists; the
 // chart may ship it too.
-func ensureSecret(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, namespace, name string) error {
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("operator: client: %w", err)
-	}
+// The manager's cache is not running yet: read through the API reader, write with the client
+// (writes never go through the cache).
+func ensureSecret(ctx context.Context, r client.Reader, w client.Writer, namespace, name string) error {
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
 			Labels: map[string]string{"app.kubernetes.io/name": "baton", "app.kubernetes.io/component": "webhook"}},
@@ -205,10 +203,10 @@ func ensureSecret(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme,
 		Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil},
 	}
 	// Get first: the chart ships the Secret and need not grant create.
-	if err := c.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{}); err == nil {
+	if err := r.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{}); err == nil {
 		return nil
 	}
-	if err := c.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := w.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("operator: creating webhook Secret %s/%s: %w", namespace, name, err)
 	}
 	return nil

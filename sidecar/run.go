@@ -117,40 +117,44 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 
 // connect opens a Cassandra session, retrying with backoff and a log line per attempt.
 func connect(ctx context.Context, cc *gocql.ClusterConfig, log logr.Logger) (*gocql.Session, error) {
-	backoff := 250 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		session, err := cc.CreateSession()
-		if err == nil {
-			return session, nil
-		}
-		log.Info("Cassandra not reachable yet, retrying", "attempt", attempt, "hosts", cc.Hosts, "err", err.Error())
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("sidecar: connecting to Cassandra at %v: %w (last error: %w)", cc.Hosts, ctx.Err(), err)
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 5*time.Second)
+	session, err := retry(ctx, log, fmt.Sprintf("Cassandra at %v not reachable yet, retrying", cc.Hosts), cc.CreateSession,
+		func(error) bool { return true })
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: connecting to Cassandra at %v: %w", cc.Hosts, err)
 	}
+	return session, nil
 }
 
 // openStore opens the lock store, waiting with backoff while the keyspace lacks baton's schema:
 // the operator creates it when it first reads the DistributedLock, which may be moments after the
 // first pod starts. Other errors (bad options, a newer schema) end the sidecar at once.
 func openStore(ctx context.Context, session *gocql.Session, log logr.Logger, opts ...cassandrastore.Option) (*cassandrastore.Store, error) {
+	store, err := retry(ctx, log, "waiting for the lock schema (the baton operator creates it)",
+		func() (*cassandrastore.Store, error) { return cassandrastore.New(ctx, session, opts...) },
+		func(err error) bool { return errors.Is(err, cassandrastore.ErrSchemaMissing) })
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
+	}
+	return store, err
+}
+
+// retry calls f until it succeeds or fails with an error that retryable refuses, waiting 250ms
+// doubling to 5s between attempts and logging msg at each failure. When ctx ends first, the error
+// wraps ctx's error and the last failure.
+func retry[T any](ctx context.Context, log logr.Logger, msg string, f func() (T, error), retryable func(error) bool) (T, error) {
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		store, err := cassandrastore.New(ctx, session, opts...)
-		if err == nil || !errors.Is(err, cassandrastore.ErrSchemaMissing) {
-			return store, err
+		v, err := f()
+		if err == nil || !retryable(err) {
+			return v, err
 		}
-		log.Info("waiting for the lock schema (the baton operator creates it)", "attempt", attempt, "err", err.Error())
+		log.Info(msg, "attempt", attempt, "err", err.Error())
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("sidecar: %w (last error: %w)", ctx.Err(), err)
+			var zero T
+			return zero, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 5*time.Second)

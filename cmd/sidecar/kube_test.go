@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -11,30 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecar"
 )
 
 var kube = testenv.NewKube()
-
-// writeKubeconfig writes cfg as a kubeconfig file for the sidecar processes.
-func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
-	t.Helper()
-	c := clientcmdapi.NewConfig()
-	c.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	c.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	c.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	c.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*c, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 func podCondition(t *testing.T, client kubernetes.Interface, ns, name string) corev1.ConditionStatus {
 	t.Helper()
@@ -55,7 +36,7 @@ func podCondition(t *testing.T, client kubernetes.Interface, ns, name string) co
 func TestSidecarsDriveReadinessGate(t *testing.T) {
 	cfg := kube.Config(t)
 	client := kube.Client(t)
-	kubeconfig := writeKubeconfig(t, cfg)
+	kubeconfig := testenv.WriteKubeconfig(t, cfg)
 	ns := fmt.Sprintf("e2e-gate-%d", time.Now().UnixNano())
 	if _, err := client.CoreV1().Namespaces().Create(context.Background(),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {

@@ -289,6 +289,12 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 	)
 }
 
+// Compiled once: resolve runs on every admitted pod.
+var (
+	lockIDPattern   = regexp.MustCompile(batonv1.LockIDPattern)
+	keyspacePattern = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
+)
+
 // resolve validates dl and merges it with the operator's defaults, reporting every problem at
 // once.
 func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
@@ -311,7 +317,6 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 		p.add("metadata.name is empty")
 	}
 
-	lockID := regexp.MustCompile(batonv1.LockIDPattern)
 	seen := make(map[string]bool, len(sp.LockIDs))
 	switch n := len(sp.LockIDs); {
 	case n == 0:
@@ -320,7 +325,7 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 		p.add("spec.lockIds has %d IDs: at most %d", n, batonv1.MaxLockIDs)
 	}
 	for _, id := range sp.LockIDs {
-		if !lockID.MatchString(id) {
+		if !lockIDPattern.MatchString(id) {
 			p.add("spec.lockIds has %q: a lock ID is 1 to %d letters, digits, '.', '_' or '-', beginning and ending with a letter or digit",
 				id, batonv1.MaxLockIDLength)
 		}
@@ -391,7 +396,7 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 			p.add("Cassandra contact point %q: give a host or host:port without commas or spaces", h)
 		}
 	}
-	if ks := regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`); !ks.MatchString(s.keyspace) {
+	if !keyspacePattern.MatchString(s.keyspace) {
 		p.add("Cassandra keyspace %q: a letter, then up to 47 letters, digits or '_'", s.keyspace)
 	}
 	if !validConsistency(batonv1.Consistency(s.consistency)) {

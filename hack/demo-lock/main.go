@@ -76,7 +76,9 @@ type worker struct {
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
-	hosts, cleanup, err := cassandra(ctx, out)
+	node := localcassandra.Demo()
+	node.Progress = out
+	hosts, cleanup, err := localcassandra.RunningOrStart(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -229,26 +231,4 @@ func printStatus(out io.Writer, at time.Duration, st lock.Status, names map[stri
 		queue = append(queue, names[e.Owner])
 	}
 	fmt.Fprintf(out, "%7.1fs  holder %-9s token %-4d queue [%s]\n", at.Seconds(), holder, st.Record.Token, strings.Join(queue, " "))
-}
-
-// cassandra returns contact points of a running local Cassandra, starting one if needed.
-func cassandra(ctx context.Context, out io.Writer) ([]string, func(), error) {
-	cfg := localcassandra.Single()
-	cfg.Progress = out
-	if nodes, err := localcassandra.Status(ctx, cfg); err == nil && len(nodes) > 0 && nodes[0].CQL {
-		fmt.Fprintf(out, "demo: using the running Cassandra at %s\n", nodes[0].Host)
-		return []string{nodes[0].Host}, func() {}, nil
-	}
-	cfg.Name, cfg.NativePort, cfg.StoragePort = "demo", 9642, 7600
-	cfg.DieWithParent = true
-	fmt.Fprintln(out, "demo: starting a local Cassandra (installed from Maven Central on first use)")
-	cluster, err := localcassandra.Start(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cluster.Hosts(), func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = cluster.Stop(sctx)
-	}, nil
 }

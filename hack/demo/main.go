@@ -40,6 +40,7 @@ import (
 	"github.com/baton-dev/baton/internal/devcluster"
 	"github.com/baton-dev/baton/internal/localcassandra"
 	"github.com/baton-dev/baton/internal/localkube"
+	"github.com/baton-dev/baton/internal/nodeagent"
 )
 
 const (
@@ -82,7 +83,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	ctrl.SetLogger(log) // controller-runtime's package-level logger, as cmd/operator sets it
 	fmt.Fprintf(out, "baton demo: %d pods share one lock through the operator and its sidecars (logs: %s)\n\n", o.pods, logPath)
 
-	hosts, stopCassandra, err := cassandra(ctx, out)
+	fmt.Fprintln(out, "setup: Cassandra 5.0 (installed from Maven Central on first use), or the one make cassandra-start runs")
+	node := localcassandra.Demo()
+	node.Progress = out
+	hosts, stopCassandra, err := localcassandra.RunningOrStart(ctx, node)
 	if err != nil {
 		return fmt.Errorf("Cassandra: %w", err)
 	}
@@ -103,10 +107,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintln(out, "setup: operator (webhook with its own certificate, status reconciler, sidecar RBAC) and a node agent for the pods")
 	cl, err := devcluster.Start(ctx, devcluster.Options{
 		Server: cfg, RepoRoot: ".", CassandraHosts: hosts, Keyspace: "baton_demo", Log: log,
-		OperatorArgs: []string{"--status-interval=1s"},
-		SidecarOutput: func(pod string) io.Writer {
-			return &prefixed{prefix: "sidecar " + pod + ": ", w: logFile}
-		},
+		OperatorArgs:  []string{"--status-interval=1s"},
+		SidecarOutput: nodeagent.PrefixLines(logFile, "sidecar "),
 	})
 	if err != nil {
 		return err
@@ -152,7 +154,7 @@ func (d *demo) script(ctx context.Context, o options) error {
 		}
 		names = append(names, pod.Name)
 		// One at a time, so the queue order is the creation order.
-		if _, err := d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Holder != "" && int(s.Waiting) >= i-1 }); err != nil {
+		if _, err := d.waitFor(ctx, func(s batonv1.LockStatus) bool { return s.Holder != "" && int(s.Waiting) >= i-1 }); err != nil {
 			return err
 		}
 	}
@@ -169,7 +171,7 @@ func (d *demo) script(ctx context.Context, o options) error {
 	if err := d.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: holder.Holder}}); err != nil {
 		return err
 	}
-	next, err := d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Holder != "" && s.Holder != holder.Holder })
+	next, err := d.waitFor(ctx, func(s batonv1.LockStatus) bool { return s.Holder != "" && s.Holder != holder.Holder })
 	if err != nil {
 		return err
 	}
@@ -184,7 +186,7 @@ func (d *demo) script(ctx context.Context, o options) error {
 	if err := sc.Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
-	third, err := d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Holder != "" && s.Holder != next.Holder })
+	third, err := d.waitFor(ctx, func(s batonv1.LockStatus) bool { return s.Holder != "" && s.Holder != next.Holder })
 	if err != nil {
 		return err
 	}
@@ -193,7 +195,7 @@ func (d *demo) script(ctx context.Context, o options) error {
 	fmt.Fprintf(d.out, "\n3. revoke %s's grant: kubectl annotate distributedlock %s %s=%s\n", third.Holder, lockName, batonv1.AnnotationRevoke, lockName)
 	t0 = time.Now()
 	d.kubectlRun(ctx, "annotate", "distributedlock", lockName, "-n", namespace, batonv1.AnnotationRevoke+"="+lockName)
-	fourth, err := d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Token > third.Token })
+	fourth, err := d.waitFor(ctx, func(s batonv1.LockStatus) bool { return s.Token > third.Token })
 	if err != nil {
 		return err
 	}
@@ -218,12 +220,12 @@ func (d *demo) script(ctx context.Context, o options) error {
 
 // current returns the lock's status now.
 func (d *demo) current(ctx context.Context) (batonv1.LockStatus, error) {
-	return d.waitFor(ctx, "", func(s batonv1.LockStatus) bool { return s.Holder != "" })
+	return d.waitFor(ctx, func(s batonv1.LockStatus) bool { return s.Holder != "" })
 }
 
 // waitFor polls the DistributedLock's status, printing each change of holder, token or waiters
 // with which pods are Ready, until ok holds (at most a minute).
-func (d *demo) waitFor(ctx context.Context, _ string, ok func(batonv1.LockStatus) bool) (batonv1.LockStatus, error) {
+func (d *demo) waitFor(ctx context.Context, ok func(batonv1.LockStatus) bool) (batonv1.LockStatus, error) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var dl batonv1.DistributedLock
@@ -283,40 +285,4 @@ func (d *demo) kubectlRun(ctx context.Context, args ...string) {
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(d.out, "(kubectl: %v)\n", err)
 	}
-}
-
-// cassandra returns the contact points of the Cassandra started by `go run ./hack/cassandra start`
-// when it runs, or starts a node of its own.
-func cassandra(ctx context.Context, out io.Writer) ([]string, func(), error) {
-	cfg := localcassandra.Single()
-	cfg.Progress = out
-	if nodes, err := localcassandra.Status(ctx, cfg); err == nil && len(nodes) > 0 && nodes[0].CQL {
-		fmt.Fprintf(out, "setup: using the running Cassandra at %s\n", nodes[0].Host)
-		return []string{nodes[0].Host}, func() {}, nil
-	}
-	cfg.Name, cfg.NativePort, cfg.StoragePort = "demo", 9642, 7600
-	cfg.DieWithParent = true
-	fmt.Fprintln(out, "setup: Cassandra 5.0 (installed from Maven Central on first use)")
-	cluster, err := localcassandra.Start(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cluster.Hosts(), func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = cluster.Stop(sctx)
-	}, nil
-}
-
-// prefixed writes each Write to w with a prefix.
-type prefixed struct {
-	prefix string
-	w      io.Writer
-}
-
-func (p *prefixed) Write(b []byte) (int, error) {
-	if _, err := p.w.Write(append([]byte(p.prefix), b...)); err != nil {
-		return 0, err
-	}
-	return len(b), nil
 }

@@ -27,11 +27,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/baton-dev/baton/controllers/webhook"
+	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/internal/manifests"
 	"github.com/baton-dev/baton/internal/nodeagent"
 	"github.com/baton-dev/baton/operator"
@@ -110,7 +109,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("building the sidecar: %w\n%s", err, out))
 	}
-	if cl.Kubeconfig, err = writeKubeconfig(o.Server, filepath.Join(dir, "kubeconfig")); err != nil {
+	cl.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := localkube.WriteKubeconfig(o.Server, cl.Kubeconfig); err != nil {
 		return fail(err)
 	}
 	if err := install(ctx, c, scheme, o.RepoRoot); err != nil {
@@ -207,16 +207,6 @@ func (c *Cluster) Stop() {
 	os.RemoveAll(c.dir)
 }
 
-// OperatorErr is the operator's exit error once it stopped (nil while running).
-func (c *Cluster) OperatorErr() error {
-	select {
-	case <-c.opDone:
-		return c.opErr
-	default:
-		return nil
-	}
-}
-
 // Probe returns the status code of the operator's health endpoint path (0 when unreachable).
 func (c *Cluster) Probe(path string) int { return probe(c.ProbeAddr, path) }
 
@@ -282,18 +272,6 @@ func install(ctx context.Context, c client.Client, scheme *runtime.Scheme, root 
 		}
 	}
 	return nil
-}
-
-func writeKubeconfig(cfg *rest.Config, path string) (string, error) {
-	c := clientcmdapi.NewConfig()
-	c.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	c.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	c.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
-	c.CurrentContext = "local"
-	if err := clientcmd.WriteToFile(*c, path); err != nil {
-		return "", err
-	}
-	return path, nil
 }
 
 func probe(addr, path string) int {

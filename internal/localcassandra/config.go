@@ -96,6 +96,12 @@ func Trio() Config {
 	return Config{Name: "trio", Nodes: 3, IPs: []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}, NativePort: 9142, StoragePort: 7100}
 }
 
+// Demo is the node the demos start when no Single node runs: one node at 127.0.0.1, CQL port
+// 9642, storage port 7600, apart from the presets above and from the tests' nodes.
+func Demo() Config {
+	return Config{Name: "demo", Nodes: 1, IPs: []string{"127.0.0.1"}, NativePort: 9642, StoragePort: 7600}
+}
+
 // Preset returns the preset called name ("single" or "trio").
 func Preset(name string) (Config, error) {
 	switch name {

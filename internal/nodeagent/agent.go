@@ -30,11 +30,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/sidecar/api"
 )
 
@@ -287,12 +286,9 @@ func (a *Agent) podKubeconfig(ctx context.Context, pod *corev1.Pod, path string)
 	if err != nil {
 		return "", fmt.Errorf("token of service account %s/%s for the sidecar: %w", pod.Namespace, sa, err)
 	}
-	c := clientcmdapi.NewConfig()
-	c.Clusters["cluster"] = &clientcmdapi.Cluster{Server: a.cfg.Server.Host, CertificateAuthorityData: a.cfg.Server.CAData}
-	c.AuthInfos["pod"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	c.Contexts["pod"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "pod"}
-	c.CurrentContext = "pod"
-	if err := clientcmd.WriteToFile(*c, path); err != nil {
+	server := &rest.Config{Host: a.cfg.Server.Host, BearerToken: tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: a.cfg.Server.CAData}}
+	if err := localkube.WriteKubeconfig(server, path); err != nil {
 		return "", err
 	}
 	return path, nil

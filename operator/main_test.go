@@ -41,6 +41,7 @@ var (
 	shared      struct {
 		once    sync.Once
 		cluster *devcluster.Cluster
+		binDir  string // the sidecar binary's directory
 		err     error
 	}
 )
@@ -51,6 +52,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared.cluster != nil {
 		shared.cluster.Stop()
+	}
+	if shared.binDir != "" {
+		os.RemoveAll(shared.binDir)
 	}
 	cassandra.Stop()
 	kube.Stop()
@@ -66,10 +70,21 @@ func up(t *testing.T) *devcluster.Cluster {
 	cfg := kube.Config(t)
 	hosts := cassandra.Cluster(t).Hosts()
 	shared.once.Do(func() {
+		// The sidecar build (minutes with an empty Go build cache) has its own bound; the
+		// operator's start deadline begins once the binary exists.
+		if shared.binDir, shared.err = os.MkdirTemp("", "baton-operator-test"); shared.err != nil {
+			return
+		}
+		sidecar := filepath.Join(shared.binDir, "sidecar")
+		bctx, bcancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer bcancel()
+		if shared.err = devcluster.BuildSidecar(bctx, "..", sidecar); shared.err != nil {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		shared.cluster, shared.err = devcluster.Start(ctx, devcluster.Options{
-			Server: cfg, RepoRoot: "..", CassandraHosts: hosts, Keyspace: keyspace,
+			Server: cfg, RepoRoot: "..", CassandraHosts: hosts, Keyspace: keyspace, SidecarBinary: sidecar,
 			OperatorArgs:  []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace},
 			Log:           funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, s) }, funcr.Options{LogTimestamp: true, Verbosity: 1}),
 			SidecarOutput: nodeagent.PrefixLines(sidecarLog, ""),

@@ -65,14 +65,16 @@ var schema struct {
 // setup connects n sessions (closed when t ends), creates the schemas and the namespace once.
 func setup(t *testing.T, n int) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	// Cassandra and the control plane first, each waited for with its own bound (testenv); the
+	// deadline of this setup's own work starts once both are up.
 	e := &env{}
 	for range n {
 		e.sessions = append(e.sessions, cassandra.Session(t))
 	}
 	kubeCfg := kube.Config(t)
 	e.kube = kubeCfg
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 
 	schema.mu.Lock()
 	defer schema.mu.Unlock()

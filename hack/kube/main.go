@@ -29,7 +29,7 @@ const usage = `usage: go run ./hack/kube <install|path> [-timeout 45m]
 
   install  build kube-apiserver, kube-controller-manager and kubectl %[1]s, etcd %[2]s
            and helm %[3]s from Go modules into the cache if they are not there
-           yet (the first run takes about 8-10 minutes on 2 cores), then print
+           yet (the first run takes about 10 minutes on 2 cores), then print
            the bin directory (it holds kubectl too; helm's path goes to stderr)
   path     print the bin directory if the binaries are built; exit 1 otherwise
 
@@ -77,6 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
+		start := time.Now()
 		binDir, err := localkube.Install(ctx, cfg)
 		if err == nil {
 			_, err = localkube.Kubectl(ctx, cfg)
@@ -89,7 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "kube: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(stderr, "kube: helm %s is %s\n", localkube.HelmVersion, helm)
+		fmt.Fprintf(stderr, "kube: kube-apiserver, kube-controller-manager, etcd and kubectl in %s, helm %s at %s; all ready after %s\n",
+			binDir, localkube.HelmVersion, helm, time.Since(start).Round(time.Second))
 		fmt.Fprintln(stdout, binDir)
 		return 0
 	case "path":

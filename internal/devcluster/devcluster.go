@@ -59,6 +59,9 @@ type Options struct {
 	Log logr.Logger
 	// SidecarOutput returns where the sidecar of pod "namespace/name" logs (nil: discarded).
 	SidecarOutput func(pod string) io.Writer
+	// SidecarBinary is a sidecar built by BuildSidecar, which the caller keeps until Stop. Empty:
+	// Start builds one itself, within its ctx.
+	SidecarBinary string
 }
 
 // Cluster is a running operator and node agent.
@@ -78,9 +81,9 @@ type Cluster struct {
 	agentDone chan struct{}
 }
 
-// Start builds the sidecar, installs RBAC, policy, webhook configuration and Secret, starts the
-// operator and the node agent, and returns once the operator is ready (certificate made, webhook
-// serving). Stop it when done.
+// Start builds the sidecar (unless o.SidecarBinary names one), installs RBAC, policy, webhook
+// configuration and Secret, starts the operator and the node agent, and returns once the operator
+// is ready (certificate made, webhook serving). Stop it when done.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
 	scheme, err := operator.Scheme()
 	if err != nil {
@@ -103,11 +106,12 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		cl.Stop()
 		return nil, err
 	}
-	sidecarBinary := filepath.Join(dir, "sidecar")
-	build := exec.CommandContext(ctx, "go", "build", "-o", sidecarBinary, "./cmd/sidecar")
-	build.Dir = o.RepoRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("building the sidecar: %w\n%s", err, out))
+	sidecarBinary := o.SidecarBinary
+	if sidecarBinary == "" {
+		sidecarBinary = filepath.Join(dir, "sidecar")
+		if err := BuildSidecar(ctx, o.RepoRoot, sidecarBinary); err != nil {
+			return fail(err)
+		}
 	}
 	cl.Kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := localkube.WriteKubeconfig(o.Server, cl.Kubeconfig); err != nil {
@@ -188,6 +192,18 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// BuildSidecar builds cmd/sidecar of the checkout at repoRoot into the file out. Callers with a
+// deadline for Start build it first with a bound of its own: with an empty Go build cache the build
+// takes minutes.
+func BuildSidecar(ctx context.Context, repoRoot, out string) error {
+	build := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/sidecar")
+	build.Dir = repoRoot
+	if output, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the sidecar: %w\n%s", err, output)
+	}
+	return nil
 }
 
 // Stop stops the operator and the node agent (which stops every sidecar) and removes files.

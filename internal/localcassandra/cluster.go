@@ -44,7 +44,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	libDir, err := Install(ctx, cfg)
+	libDir, err := install(ctx, cfg, false)
 	if err != nil {
 		return nil, err
 	}

@@ -42,8 +42,16 @@ const pomTemplate = `<?xml version="1.0" encoding="UTF-8"?>
 
 // Install makes sure Cassandra cfg.Version and its runtime dependencies are in
 // the cache and returns the directory holding the jars. It is idempotent and
-// safe to call from several processes at once.
+// safe to call from several processes at once. It writes one progress line
+// when the cache already holds them, and lines at the start and end of an
+// install (and while it waits for another process's install).
 func Install(ctx context.Context, cfg Config) (libDir string, err error) {
+	return install(ctx, cfg, true)
+}
+
+// install is Install; reportCached says whether a cache hit gets a progress
+// line (Start, which installs on its way, keeps quiet about a cache hit).
+func install(ctx context.Context, cfg Config, reportCached bool) (libDir string, err error) {
 	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return "", err
@@ -53,18 +61,31 @@ func Install(ctx context.Context, cfg Config) (libDir string, err error) {
 	}
 	dir := filepath.Join(cfg.CacheDir, cfg.Version)
 	libDir = filepath.Join(dir, "lib")
-	if installed(dir, cfg.Version) {
+	cached := func() bool {
+		if !installed(dir, cfg.Version) {
+			return false
+		}
+		if reportCached {
+			fmt.Fprintf(cfg.Progress, "cassandra: Cassandra %s already installed in %s (cache reused)\n", cfg.Version, dir)
+		}
+		return true
+	}
+	if cached() {
 		return libDir, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
-	unlock, err := filelock.Lock(ctx, filepath.Join(dir, ".lock"), nil)
+	waitStart := time.Now()
+	unlock, err := filelock.Lock(ctx, filepath.Join(dir, ".lock"), func() {
+		fmt.Fprintf(cfg.Progress, "cassandra: another process is installing Cassandra %s into %s; waiting for it...\n", cfg.Version, dir)
+	})
 	if err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
 	defer unlock()
 	if installed(dir, cfg.Version) { // another process finished while we waited
+		fmt.Fprintf(cfg.Progress, "cassandra: Cassandra %s installed by another process in %s (waited %s)\n", cfg.Version, dir, since(waitStart))
 		return libDir, nil
 	}
 
@@ -78,7 +99,9 @@ func Install(ctx context.Context, cfg Config) (libDir string, err error) {
 	}
 
 	start := time.Now()
-	fmt.Fprintf(cfg.Progress, "installing Cassandra %s from Maven Central into %s (first run takes a few minutes)\n", cfg.Version, dir)
+	logPath := filepath.Join(dir, "install.log")
+	fmt.Fprintf(cfg.Progress, "cassandra: installing Cassandra %s and its runtime jars from Maven Central into %s "+
+		"(mvn prints nothing until it is done, about 20 seconds with an empty ~/.m2; log %s)...\n", cfg.Version, dir, logPath)
 	_ = os.Remove(filepath.Join(dir, stampFile))
 	tmpLib := filepath.Join(dir, "lib.tmp")
 	for _, d := range []string{tmpLib, libDir} {
@@ -90,7 +113,6 @@ func Install(ctx context.Context, cfg Config) (libDir string, err error) {
 	if err := os.WriteFile(pom, fmt.Appendf(nil, pomTemplate, cfg.Version), 0o644); err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
-	logPath := filepath.Join(dir, "install.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
@@ -121,7 +143,7 @@ func Install(ctx context.Context, cfg Config) (libDir string, err error) {
 	if err := os.Rename(stampTmp, filepath.Join(dir, stampFile)); err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
-	fmt.Fprintf(cfg.Progress, "installed Cassandra %s in %s\n", cfg.Version, time.Since(start).Round(time.Second))
+	fmt.Fprintf(cfg.Progress, "cassandra: installed Cassandra %s in %s\n", cfg.Version, since(start))
 	return libDir, nil
 }
 

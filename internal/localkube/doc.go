@@ -50,7 +50,9 @@
 //
 // kubectl reuses most of kube-apiserver's packages from the Go build cache,
 // so it takes about half a minute after the control plane; helm about a
-// minute more. `go run ./hack/kube install` builds everything.
+// minute more. `go run ./hack/kube install` builds everything; `make
+// install-deps`, which `make test` runs before any test binary starts, runs
+// it (and installs Cassandra), so that no test's deadline includes a build.
 //
 // # Using the binaries in tests
 //

@@ -20,7 +20,7 @@ func StartEnv(ctx context.Context, cfg Config, env *envtest.Environment) (*rest.
 	if err != nil {
 		return nil, err
 	}
-	binDir, err := Install(ctx, cfg)
+	binDir, err := install(ctx, cfg, false)
 	if err != nil {
 		return nil, err
 	}

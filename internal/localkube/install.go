@@ -113,7 +113,15 @@ func installed(dir string) bool {
 // the directory holding them (usable as KUBEBUILDER_ASSETS). The first call
 // builds them from Go modules, which takes several minutes; later calls only
 // check the stamp file. It is safe to call from several processes at once.
+// It writes one progress line when the cache already holds the binaries, and
+// lines at the start and end of every build step otherwise.
 func Install(ctx context.Context, cfg Config) (binDir string, err error) {
+	return install(ctx, cfg, true)
+}
+
+// install is Install; reportCached says whether a cache hit gets a progress
+// line (StartEnv, which installs on its way, keeps quiet about a cache hit).
+func install(ctx context.Context, cfg Config, reportCached bool) (binDir string, err error) {
 	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return "", err
@@ -121,6 +129,10 @@ func Install(ctx context.Context, cfg Config) (binDir string, err error) {
 	dir := cfg.versionDir()
 	binDir = filepath.Join(dir, "bin")
 	if installed(dir) {
+		if reportCached {
+			fmt.Fprintf(cfg.Progress, "localkube: %s, %s %s and %s %s already built in %s (cache reused)\n",
+				KubeAPIServer, KubeControllerManager, KubernetesVersion, Etcd, EtcdVersion, binDir)
+		}
 		return binDir, nil
 	}
 	goBin, err := exec.LookPath(cfg.GoBinary)
@@ -130,14 +142,16 @@ func Install(ctx context.Context, cfg Config) (binDir string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("localkube: install: %w", err)
 	}
+	waitStart := time.Now()
 	unlock, err := filelock.Lock(ctx, filepath.Join(dir, ".lock"), func() {
-		fmt.Fprintf(cfg.Progress, "localkube: another process is building the control plane in %s; waiting for it...\n", dir)
+		fmt.Fprintf(cfg.Progress, "localkube: another process is building in %s; waiting for it...\n", dir)
 	})
 	if err != nil {
 		return "", fmt.Errorf("localkube: install: %w", err)
 	}
 	defer unlock()
 	if installed(dir) { // another process finished while we waited
+		fmt.Fprintf(cfg.Progress, "localkube: control plane built by another process in %s (waited %s)\n", binDir, since(waitStart))
 		return binDir, nil
 	}
 
@@ -229,7 +243,7 @@ func main() { etcdmain.Main(os.Args) }
 `
 
 func (b *builder) buildKube(ctx context.Context, src string) error {
-	fmt.Fprintf(b.cfg.Progress, "localkube: resolving %s@%s and its staging modules...\n", kubeModule, KubernetesVersion)
+	resolving := b.resolving(kubeModule + "@" + KubernetesVersion + " and its staging modules")
 	upstream, err := b.upstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
 	if err != nil {
 		return err
@@ -250,13 +264,14 @@ func (b *builder) buildKube(ctx context.Context, src string) error {
 	if _, err := b.goCmd(ctx, src, "mod", "tidy"); err != nil {
 		return fmt.Errorf("localkube: go mod tidy of the kube build module: %w", err)
 	}
+	resolving()
 	ldflags := versionLDFlags()
 	// kube-controller-manager shares most packages with kube-apiserver, so it
 	// is much quicker once those are in the Go build cache.
-	if err := b.goBuild(ctx, src, KubeAPIServer, "./cmd/"+KubeAPIServer, ldflags, KubernetesVersion, "~5 minutes"); err != nil {
+	if err := b.goBuild(ctx, src, KubeAPIServer, "./cmd/"+KubeAPIServer, ldflags, KubernetesVersion, "about 6 minutes"); err != nil {
 		return err
 	}
-	return b.goBuild(ctx, src, KubeControllerManager, "./cmd/"+KubeControllerManager, ldflags, KubernetesVersion, "~2 minutes")
+	return b.goBuild(ctx, src, KubeControllerManager, "./cmd/"+KubeControllerManager, ldflags, KubernetesVersion, "about 2 minutes")
 }
 
 func (b *builder) buildEtcd(ctx context.Context, src string) error {
@@ -264,13 +279,15 @@ func (b *builder) buildEtcd(ctx context.Context, src string) error {
 		"go.mod":  fmt.Sprintf("module baton.local/localkube/etcd\n\nrequire %s %s\n", etcdModule, EtcdVersion),
 		"main.go": etcdMain,
 	}
+	resolving := b.resolving(etcdModule + "@" + EtcdVersion)
 	if err := writeFiles(src, files); err != nil {
 		return err
 	}
 	if _, err := b.goCmd(ctx, src, "mod", "tidy"); err != nil {
 		return fmt.Errorf("localkube: go mod tidy of the etcd build module: %w", err)
 	}
-	return b.goBuild(ctx, src, Etcd, ".", "", EtcdVersion, "~1 minute")
+	resolving()
+	return b.goBuild(ctx, src, Etcd, ".", "", EtcdVersion, "under a minute")
 }
 
 // upstreamGoMod downloads module@version into the module cache and returns
@@ -356,13 +373,16 @@ func versionLDFlags() string {
 
 func (b *builder) goBuild(ctx context.Context, src, name, pkg, ldflags, version, expect string) error {
 	start := time.Now()
-	fmt.Fprintf(b.cfg.Progress, "localkube: building %s %s from Go modules (first run takes %s on 2 cores)...\n", name, version, expect)
+	fmt.Fprintf(b.cfg.Progress, "localkube: building %s %s (first build on 2 cores: %s; go build prints nothing, so a line each minute says it still runs)...\n", name, version, expect)
 	tmp := filepath.Join(b.binDir, name+".tmp")
 	args := []string{"build", "-trimpath", "-o", tmp}
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
-	if _, err := b.goCmd(ctx, src, append(args, pkg)...); err != nil {
+	stopHeartbeat := b.heartbeat("building "+name+" "+version, start, heartbeatEvery)
+	_, err := b.goCmd(ctx, src, append(args, pkg)...)
+	stopHeartbeat()
+	if err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("localkube: build %s %s: %w", name, version, err)
 	}
@@ -371,6 +391,33 @@ func (b *builder) goBuild(ctx context.Context, src, name, pkg, ldflags, version,
 	}
 	fmt.Fprintf(b.cfg.Progress, "localkube: built %s %s in %s\n", name, version, since(start))
 	return nil
+}
+
+// heartbeatEvery is how often a silent build step says it is still running.
+const heartbeatEvery = time.Minute
+
+// heartbeat prints a line every interval until the returned function is
+// called, so that a build slowed down by a busy machine is not taken for a
+// hang. The returned function waits for the printing goroutine to end.
+func (b *builder) heartbeat(what string, start time.Time, every time.Duration) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				fmt.Fprintf(b.cfg.Progress, "localkube: still %s (%s so far)\n", what, since(start))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
 }
 
 // goCmd runs the go command in dir and returns its stdout. Its stderr goes
@@ -429,6 +476,15 @@ func tail(s string, n int) string {
 		lines = append([]string{"..."}, lines[len(lines)-n:]...)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// resolving prints that the go command is about to download and resolve what
+// (silent for as long as the module cache lacks it) and returns a function
+// that prints how long that took.
+func (b *builder) resolving(what string) (done func()) {
+	start := time.Now()
+	fmt.Fprintf(b.cfg.Progress, "localkube: resolving %s (go mod download and tidy print nothing; up to half a minute with an empty module cache)...\n", what)
+	return func() { fmt.Fprintf(b.cfg.Progress, "localkube: resolved %s in %s\n", what, since(start)) }
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Second) }

@@ -22,9 +22,14 @@ import (
 )
 
 // One control plane for the whole package, started by TestMain. The first
-// run builds it from Go modules (several minutes): that happens before
-// m.Run, so go test's -timeout does not cover it; installTimeout does.
-const installTimeout = 45 * time.Minute
+// run builds it from Go modules (several minutes; make test runs make
+// install-deps first, so there it is a cache hit): that happens before
+// m.Run, so go test's -timeout does not cover it; installTimeout does, and
+// the start has a bound of its own.
+const (
+	installTimeout = 45 * time.Minute
+	startTimeout   = 5 * time.Minute
+)
 
 type controlPlane struct {
 	restCfg *rest.Config
@@ -39,10 +44,15 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
-	defer cancel()
+	cfg := localkube.Config{Progress: os.Stderr}
+	ictx, icancel := context.WithTimeout(context.Background(), installTimeout)
+	defer icancel()
 	env := &envtest.Environment{}
-	cp.restCfg, cp.err = localkube.StartEnv(ctx, localkube.Config{Progress: os.Stderr}, env)
+	if _, cp.err = localkube.Install(ictx, cfg); cp.err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		cp.restCfg, cp.err = localkube.StartEnv(ctx, cfg, env)
+	}
 	if cp.err == nil {
 		defer func() {
 			if err := env.Stop(); err != nil {
@@ -62,7 +72,7 @@ func requireControlPlane(t *testing.T) *rest.Config {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("build/start the local Kubernetes control plane: %v", cp.err)
 		}
-		t.Skipf("no local Kubernetes control plane (build it with `go run ./hack/kube install`; under CI=true this fails the test): %v", cp.err)
+		t.Skipf("no local Kubernetes control plane (build it with `make install-deps` or `go run ./hack/kube install`; under CI=true this fails the test): %v", cp.err)
 	}
 	return cp.restCfg
 }
@@ -117,7 +127,7 @@ func TestClientTools(t *testing.T) {
 				if os.Getenv("CI") == "true" {
 					t.Fatalf("build %s: %v", tc.name, err)
 				}
-				t.Skipf("%s could not be built (try `go run ./hack/kube install`; under CI=true this fails the test): %v", tc.name, err)
+				t.Skipf("%s could not be built (try `make install-deps` or `go run ./hack/kube install`; under CI=true this fails the test): %v", tc.name, err)
 			}
 			if binDir, _, _ := localkube.Installed(cfg); tc.name == "kubectl" && filepath.Dir(path) != binDir {
 				t.Errorf("kubectl is in %s, want the control plane's %s (envtest looks there)", filepath.Dir(path), binDir)
@@ -130,7 +140,9 @@ func TestClientTools(t *testing.T) {
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("second install took %s, want a cache hit", d)
 			}
-			out, err := exec.CommandContext(ctx, path, tc.args...).CombinedOutput()
+			runCtx, runCancel := context.WithTimeout(context.Background(), time.Minute) // after the build
+			defer runCancel()
+			out, err := exec.CommandContext(runCtx, path, tc.args...).CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s %v: %v\n%s", tc.name, tc.args, err, out)
 			}

@@ -175,6 +175,7 @@ func helmLDFlags(clientGo string) (string, error) {
 // directory's file lock while it builds.
 func installTool(ctx context.Context, cfg Config, t tool) (string, error) {
 	if t.installed() {
+		fmt.Fprintf(cfg.Progress, "localkube: %s %s already built at %s (cache reused)\n", t.name, t.version, t.path())
 		return t.path(), nil
 	}
 	goBin, err := exec.LookPath(cfg.GoBinary)
@@ -185,6 +186,7 @@ func installTool(ctx context.Context, cfg Config, t tool) (string, error) {
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return "", fmt.Errorf("localkube: install %s: %w", t.name, err)
 	}
+	waitStart := time.Now()
 	unlock, err := filelock.Lock(ctx, filepath.Join(t.dir, ".lock"), func() {
 		fmt.Fprintf(cfg.Progress, "localkube: another process is building in %s; waiting for it...\n", t.dir)
 	})
@@ -193,6 +195,7 @@ func installTool(ctx context.Context, cfg Config, t tool) (string, error) {
 	}
 	defer unlock()
 	if t.installed() { // another process finished while we waited
+		fmt.Fprintf(cfg.Progress, "localkube: %s %s built by another process at %s (waited %s)\n", t.name, t.version, t.path(), since(waitStart))
 		return t.path(), nil
 	}
 
@@ -213,7 +216,6 @@ func installTool(ctx context.Context, cfg Config, t tool) (string, error) {
 	b := &builder{cfg: cfg, goBin: goBin, dir: t.dir, binDir: binDir, log: logFile}
 
 	start := time.Now()
-	fmt.Fprintf(cfg.Progress, "localkube: resolving %s %s...\n", t.name, t.version)
 	if err := t.build(ctx, b, src); err != nil {
 		return "", fmt.Errorf("%w (build log %s)", err, logPath)
 	}
@@ -222,6 +224,7 @@ func installTool(ctx context.Context, cfg Config, t tool) (string, error) {
 }
 
 func (t tool) build(ctx context.Context, b *builder, src string) error {
+	resolving := b.resolving(t.name + " " + t.version + "'s modules")
 	goMod, err := t.goMod(ctx, b, src)
 	if err != nil {
 		return err
@@ -232,6 +235,7 @@ func (t tool) build(ctx context.Context, b *builder, src string) error {
 	if _, err := b.goCmd(ctx, src, "mod", "tidy"); err != nil {
 		return fmt.Errorf("localkube: go mod tidy of the %s build module: %w", t.name, err)
 	}
+	resolving()
 	ldflags, err := t.ldflags(ctx, b, src)
 	if err != nil {
 		return err

@@ -17,6 +17,18 @@ import (
 // InCI reports whether the tests run in CI (CI=true), where missing components fail tests.
 func InCI() bool { return os.Getenv("CI") == "true" }
 
+const (
+	// InstallTimeout bounds installing one component (Cassandra's jars, the control plane,
+	// kubectl, helm) when a test binary finds it missing. make test installs everything before
+	// any test binary starts (make install-deps), so this is normally a cache hit.
+	InstallTimeout = 45 * time.Minute
+	// cassandraStartTimeout bounds starting an installed cluster (localcassandra's own wait for
+	// the nodes is 3 minutes by default).
+	cassandraStartTimeout = 5 * time.Minute
+	// kubeStartTimeout bounds starting an installed control plane.
+	kubeStartTimeout = 5 * time.Minute
+)
+
 // Cassandra is a local cluster shared by the tests of one binary.
 type Cassandra struct {
 	cfg     localcassandra.Config
@@ -35,24 +47,39 @@ func NewCassandra(cfg localcassandra.Config) *Cassandra {
 }
 
 // Cluster returns the running cluster, starting it on first use. It fails the test under CI when
-// the cluster cannot start, and skips it elsewhere.
+// the cluster cannot start, and skips it elsewhere. The cluster is running when Cluster returns, so
+// a deadline the caller starts afterwards covers only its own work.
 func (c *Cassandra) Cluster(t testing.TB) *localcassandra.Cluster {
 	t.Helper()
-	c.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		c.cluster, c.err = localcassandra.Start(ctx, c.cfg)
-	})
+	c.once.Do(func() { c.cluster, c.err = c.start() })
 	if c.err != nil {
-		msg := fmt.Sprintf("Cassandra cluster %q did not start: %v\n"+
-			"It is installed from Maven Central and needs java (17+) and mvn on PATH; try: go run ./hack/cassandra install",
-			c.cfg.Name, c.err)
+		msg := fmt.Sprintf("Cassandra cluster %q: %v\n"+
+			"Cassandra is installed from Maven Central and needs java (17+) and mvn on PATH; make test installs it "+
+			"before the tests (make install-deps, or go run ./hack/cassandra install)", c.cfg.Name, c.err)
 		if InCI() {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
 	return c.cluster
+}
+
+// start installs (normally a cache hit: make test runs make install-deps first) and then starts
+// the cluster, each step with a bound of its own, so that a slow install never eats into the time
+// the nodes have to come up.
+func (c *Cassandra) start() (*localcassandra.Cluster, error) {
+	ictx, cancel := context.WithTimeout(context.Background(), InstallTimeout)
+	defer cancel()
+	if _, err := localcassandra.Install(ictx, c.cfg); err != nil {
+		return nil, fmt.Errorf("not installed: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cassandraStartTimeout)
+	defer cancel()
+	cluster, err := localcassandra.Start(sctx, c.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("did not start: %w", err)
+	}
+	return cluster, nil
 }
 
 // Stop stops the cluster if it was started. Call it from TestMain after m.Run.

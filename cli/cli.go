@@ -57,7 +57,7 @@ type program struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	poll           time.Duration // fallback re-read of the sidecar's state
-	pid            int           // in the owner identity host/<hostname>/<pid> (direct mode)
+	pid            int           // in the owner identity host/<hostname>/<pid>/<random> (direct mode)
 	signals        *signalRouter
 }
 
@@ -219,7 +219,7 @@ With a sidecar (the default): a Try-mode lock is acquired through the sidecar's 
 --wait; a Blocking-mode lock is waited for until the sidecar holds it.
 
 Without Kubernetes (--cassandra-hosts given): baton takes the lock in Cassandra itself as owner
-host/<hostname>/<pid>, like flock(1) for a cluster. --lock is required, --wait defaults to 0 (try
+host/<hostname>/<pid>/<random>, like flock(1) for a cluster. --lock is required, --wait defaults to 0 (try
 once: exit 75 if the lock is held).
 
 Flags:

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -59,7 +61,7 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 		}
 		return ExitFailure, fmt.Errorf("opening the lock store in keyspace %q: %w", o.keyspace, err)
 	}
-	owner, err := lock.NewOwner(fmt.Sprintf("host/%s/%d", hostname(), p.pid))
+	owner, err := directOwner(p.pid)
 	if err != nil {
 		return ExitFailure, fmt.Errorf("making the owner identity: %w", err)
 	}
@@ -126,6 +128,18 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 		return res.code, context.Cause(ctx)
 	}
 	return res.code, nil
+}
+
+// directOwner returns this process's lock owner: identity host/<hostname>/<pid>/<random>. Host
+// names and PIDs repeat across containers (PID 1, a StatefulSet's pod names in two namespaces, two
+// containers of one pod), so the identity carries a random part: two live processes are never one
+// owner. The CLI does not use zero-wait restart, so it never takes over another process's grant.
+func directOwner(pid int) (lock.Owner, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return lock.Owner{}, fmt.Errorf("reading random bytes: %w", err)
+	}
+	return lock.NewOwner(fmt.Sprintf("host/%s/%d/%s", hostname(), pid, hex.EncodeToString(b[:])))
 }
 
 // holderOf names the current holder of lockID for messages, best effort.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,9 +61,10 @@ func TestDirectRunIsExclusiveAndTokensGrow(t *testing.T) {
 	if second.code != ExitTempFail {
 		t.Fatalf("second run: exit %d, want 75; stderr: %s", second.code, second.stderr.String())
 	}
-	wantHolder := fmt.Sprintf("lock %q held by host/%s/1001 (token %d)", lockID, hostname(), tok1)
-	if !strings.Contains(second.stderr.String(), wantHolder) {
-		t.Errorf("second run stderr = %q, want it to contain %q", second.stderr.String(), wantHolder)
+	wantHolder := regexp.MustCompile(fmt.Sprintf(`lock %q held by host/%s/1001/[0-9a-f]{8} \(token %d\)`,
+		lockID, regexp.QuoteMeta(hostname()), tok1))
+	if !wantHolder.MatchString(second.stderr.String()) {
+		t.Errorf("second run stderr = %q, want it to match %q", second.stderr.String(), wantHolder)
 	}
 	if second.stdout.String() != "" {
 		t.Errorf("second run's child ran: %q", second.stdout.String())
@@ -90,6 +92,34 @@ func TestDirectRunIsExclusiveAndTokensGrow(t *testing.T) {
 	}
 	if tok4, tok3 := token(t, fourth), token(t, third); tok4 <= tok3 {
 		t.Errorf("token did not grow: third %d, fourth %d", tok3, tok4)
+	}
+}
+
+// TestDirectRunSameHostAndPIDAreTwoOwners: two processes with one host name and PID (PID 1 in two
+// containers of one pod) are two owners: the second must not be granted the first one's lock.
+func TestDirectRunSameHostAndPIDAreTwoOwners(t *testing.T) {
+	lockID := fmt.Sprintf("cli-same-pid-%d", time.Now().UnixNano())
+	stdin, hold := io.Pipe()
+	first := start(t, &invocation{pid: 1, stdin: stdin,
+		args: directArgs(t, lockID, "--wait", "0", "--", "sh", "-c", `echo "$BATON_TOKEN"; read x || true`)})
+	eventually(t, time.Minute, func() bool {
+		select {
+		case <-first.done:
+			t.Fatalf("first run exited %d: %s", first.code, first.stderr.String())
+		default:
+		}
+		return strings.HasSuffix(first.stdout.String(), "\n")
+	}, "the first run to hold the lock")
+	second := runCLI(t, &invocation{pid: 1, args: directArgs(t, lockID, "--wait", "2s", "--", "sh", "-c", `echo "$BATON_TOKEN"`)})
+	if second.code != ExitTempFail || second.stdout.String() != "" {
+		t.Errorf("second process with the same host name and PID: exit %d, child output %q, want 75 and no child; stderr: %s",
+			second.code, second.stdout.String(), second.stderr.String())
+	}
+	if err := hold.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if code := first.wait(t, time.Minute); code != 0 {
+		t.Fatalf("first run: exit %d, stderr: %s", code, first.stderr.String())
 	}
 }
 

@@ -3,6 +3,14 @@ package lock
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Bounds of Revoke's pause between attempts.
+const (
+	revokeBackoff    = 50 * time.Millisecond
+	maxRevokeBackoff = 2 * time.Second
 )
 
 // Status is a snapshot of one lock for display: its owner record and its queue.
@@ -42,7 +50,20 @@ func Revoke(ctx context.Context, store Store, lockID string, token int64) error 
 	if err := ValidateLockID(lockID); err != nil {
 		return err
 	}
-	for {
+	backoff := revokeBackoff
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			// The last attempt did not apply (the holder renewed meanwhile) or its outcome is
+			// unknown (an overloaded or unreachable store): do not hammer the store.
+			t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("lock %s: revoking token %d: %w", lockID, token, ctx.Err())
+			case <-t.C:
+			}
+			backoff = min(2*backoff, maxRevokeBackoff)
+		}
 		// A linearizable read also settles our previous attempt if its outcome was unknown.
 		rec, ok, err := store.Load(ctx, lockID, true)
 		if err != nil {
@@ -64,6 +85,6 @@ func Revoke(ctx context.Context, store Store, lockID string, token int64) error 
 		if ctx.Err() != nil {
 			return fmt.Errorf("lock %s: revoking token %d: %w", lockID, token, ctx.Err())
 		}
-		// Not applied (the holder renewed meanwhile) or unknown: read again and retry.
+		// Not applied or unknown: read again (settling it) and retry after a pause.
 	}
 }

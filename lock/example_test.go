@@ -31,7 +31,8 @@ func Example() {
 	defer cancel()
 	_ = work
 	// Send lease.Token() with every write to the protected resource, which must reject tokens
-	// lower than the highest it has seen.
-	fmt.Println("holding", lease.LockID(), "with fencing token", lease.Token())
-	// Output: holding shop/orders with fencing token 1
+	// lower than the highest it has seen. The first token of a new lock is its creation time in
+	// microseconds; every later grant adds one.
+	fmt.Println("holding", lease.LockID(), "valid:", lease.Valid(), "token > 0:", lease.Token() > 0)
+	// Output: holding shop/orders valid: true token > 0: true
 }

@@ -146,18 +146,37 @@ func (s *Lease) extendLocked(rec Record, sent time.Time) {
 		return
 	}
 	c := s.l.opts.clock
+	if !s.validUntil.IsZero() && !c.Now().Before(s.validUntil) {
+		// The deadline passed before this renewal came back, even if the fence timer has not run
+		// yet (a late timer, a resumed machine): the application may have been told the lease is
+		// no longer valid, so a lapsed lease is never revived.
+		s.expireLocked()
+		return
+	}
 	s.validUntil = sent.Add(s.l.opts.lease - s.l.opts.safetyMargin)
+	if s.l.opts.mutations.has(mutNoSafetyMargin) {
+		s.validUntil = sent.Add(s.l.opts.lease)
+	}
 	if s.fence != nil {
 		s.fence.Stop()
 	}
 	left := s.validUntil.Sub(c.Now())
 	if left <= 0 {
-		s.err = ErrLeaseExpired
-		close(s.done)
-		go s.l.forget(s)
+		s.expireLocked()
 		return
 	}
 	s.fence = c.AfterFunc(left, s.checkFence)
+}
+
+// expireLocked ends a held lease as expired; the caller holds s.mu.
+func (s *Lease) expireLocked() {
+	s.err = ErrLeaseExpired
+	if s.fence != nil {
+		s.fence.Stop()
+	}
+	close(s.done)
+	go s.l.forget(s)
+	s.l.opts.log.Info("lock lost", "lock", s.lockID, "token", s.token, "reason", ErrLeaseExpired.Error())
 }
 
 // checkFence is the self-fence (BRIEF §3 rule 4): it ends the lease when its validity ran out.
@@ -221,6 +240,9 @@ func (s *Lease) renew() time.Duration {
 		cur, ok, err = s.l.store.Load(ctx, s.lockID, true)
 		applied = err == nil && ok && cur.sameState(w.next)
 	}
+	if err != nil && pending == nil && o.mutations.has(mutUnknownRenewalApplied) {
+		err, applied = nil, true
+	}
 	if err != nil {
 		o.renewed(s.lockID, o.clock.Since(start), err)
 		o.log.V(1).Info("renewal outcome unknown, will settle", "lock", s.lockID, "err", err.Error())
@@ -232,6 +254,9 @@ func (s *Lease) renew() time.Duration {
 
 	s.mu.Lock()
 	s.pending = nil
+	if applied && o.mutations.has(mutFenceFromReceive) {
+		w.sent = o.clock.Now()
+	}
 	if applied {
 		s.extendLocked(w.next, w.sent)
 		s.mu.Unlock()

@@ -112,11 +112,16 @@ func (l *Locker) forget(lease *Lease) {
 }
 
 // observe records rec as read at receivedAt and returns when it was first seen unchanged.
+//
+// A read that returns an older record than the one under observation is stale (a replica behind
+// an in-flight Paxos commit): it neither restarts the observation nor replaces the record, so that
+// stale reads cannot keep a dead holder's lock from expiring. A grant based on the stale record
+// itself fails its conditional write, which then shows the current record.
 func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o, ok := l.observed[lockID]
-	if !ok || !o.rec.sameState(rec) {
+	if !ok || !o.rec.sameState(rec) && !rec.olderThan(o.rec) {
 		o = observation{rec: rec, seenAt: receivedAt}
 		l.observed[lockID] = o
 	}
@@ -196,9 +201,10 @@ func (l *Locker) sleep(ctx context.Context, d time.Duration, hints <-chan struct
 
 // loaded is the result of an owner-record read.
 type loaded struct {
-	rec Record
-	ok  bool
-	err error
+	rec  Record
+	ok   bool
+	err  error
+	sent time.Time // Locker clock; when the read was sent
 }
 
 // acquisition is one run of Acquire or TryAcquire.
@@ -264,11 +270,11 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	if a.wasHead && now.Sub(a.queueReadAt) < l.opts.waiterPoll {
 		return a.contend(ctx, nil)
 	}
-	var record chan loaded
+	var record chan loaded // the owner record, read alongside the queue
 	if !a.queued || a.wasHead {
 		record = make(chan loaded, 1)
 		go func() {
-			var r loaded
+			r := loaded{sent: l.opts.clock.Now()}
 			r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
 			record <- r
 		}()
@@ -281,6 +287,11 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	}
 	a.queueReadAt = now
 	ahead, found := position(queue, a.entry, l.owner)
+	if a.queued && !found && len(queue) >= queueReadLimit && queue[len(queue)-1].Less(a.entry) {
+		// Deeper in the queue than one read reaches: our entry is there, it just was not read.
+		// It is refreshed every TTL/3 like any other, not rewritten on every poll.
+		found = true
+	}
 	a.wasHead = ahead == 0
 	if a.block {
 		l.opts.progress(Progress{LockID: a.lockID, Ahead: ahead})
@@ -289,6 +300,16 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 		// Our entry expired (we were paused longer than its TTL) or is not visible yet: rewrite it.
 		a.wasHead = false
 		return nil, l.opts.pollInterval, a.enqueue(ctx)
+	}
+	if ahead > 0 && record != nil && l.opts.zeroWait {
+		// Zero-wait restart (BRIEF §3 rule 7): the record names a dead predecessor of ours, which
+		// no waiter can be granted before it has aged out for a lease. Take it over now, whatever
+		// the queue says, so that leadership does not move because our process restarted.
+		r := <-record
+		if r.err == nil && a.ownedByUs(r.rec) {
+			return a.contend(ctx, &r)
+		}
+		record = nil
 	}
 	if ahead > 0 {
 		if !a.block {
@@ -303,25 +324,36 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 		}
 		return nil, l.opts.waiterPoll, nil
 	}
-	return a.contend(ctx, record)
+	var r *loaded
+	if record != nil {
+		got := <-record
+		r = &got
+	}
+	return a.contend(ctx, r)
 }
 
-// contend is the head's part of a step: read the owner record (or take the read already under way)
+// contend is the head's part of a step: read the owner record (or take the read already made, r)
 // and grant ourselves the lock when nothing blocks it.
-func (a *acquisition) contend(ctx context.Context, record <-chan loaded) (*Lease, time.Duration, error) {
+func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.Duration, error) {
 	l := a.l
 	// 3. Head of the queue (or the queue is empty): read the owner record. The observation clock
 	// starts when the read is received, which is no earlier than the record was written.
 	var r loaded
-	if record != nil {
-		r = <-record
+	if read != nil {
+		r = *read
 	} else {
+		r.sent = l.opts.clock.Now()
 		r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
 	}
 	if r.err != nil {
 		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
 	}
-	if wait := a.mustWait(r.rec, r.ok, l.opts.clock.Now()); wait > 0 {
+	received := l.opts.clock.Now()
+	seen := received
+	if l.opts.mutations.has(mutObserveFromSend) {
+		seen = r.sent
+	}
+	if wait := a.mustWait(r.rec, r.ok, seen, received); wait > 0 {
 		if a.block {
 			l.opts.progress(Progress{LockID: a.lockID, Holder: r.rec.Owner, Token: r.rec.Token})
 		}
@@ -353,27 +385,58 @@ func (a *acquisition) contend(ctx context.Context, record <-chan loaded) (*Lease
 	return nil, 0, nil
 }
 
-// mustWait returns how long the owner record rec, read just before now, still blocks a grant; 0
-// means the lock may be granted now.
-func (a *acquisition) mustWait(rec Record, ok bool, now time.Time) time.Duration {
+// mustWait returns how long the owner record rec, whose read was received at received (seen
+// counts as its observation time), still blocks a grant; 0 means the lock may be granted now.
+func (a *acquisition) mustWait(rec Record, ok bool, seen, received time.Time) time.Duration {
 	l := a.l
+	m := l.opts.mutations
 	switch {
 	case !ok:
 		return 0 // never granted
 	case !rec.Held():
 		return 0 // released
-	case !rec.Revoked && l.owner.sameIdentity(rec.Owner):
-		// Our own identity: a predecessor process of ours, or an earlier lease of this Locker that
-		// has already ended (a live one would have made run return ErrAlreadyHeld). Nobody else can
-		// be claiming it, so take it over at once with a new token (BRIEF §3 rule 7).
+	case a.ownedByUs(rec):
+		return 0
+	case m.has(mutRevokedIsFree) && rec.Revoked:
 		return 0
 	}
-	// Expiry by observation (rule 3): the record must stay unchanged for a full lease on our clock,
-	// counted from the first read that returned it.
-	seenAt := l.observe(a.lockID, rec, now)
 	lease := max(l.opts.lease, rec.Lease)
-	return max(0, lease-now.Sub(seenAt))
+	if m.has(mutOwnLeaseOnly) {
+		lease = l.opts.lease
+	}
+	if m.has(mutPeerTimestampExpiry) {
+		return max(0, lease-l.opts.wallClock().Sub(rec.RenewedAt))
+	}
+	// Expiry by observation (rule 3): the record must stay unchanged for a full lease on our clock,
+	// counted from the first read that returned it, from when that read was received.
+	seenAt := l.observe(a.lockID, rec, seen)
+	return max(0, lease-received.Sub(seenAt))
 }
+
+// ownedByUs reports whether rec is a grant nobody but us can be claiming, so that we may take it
+// over at once with a new token: an earlier lease of this very Locker that has ended (a live one
+// would have made run return ErrAlreadyHeld), or, with WithZeroWaitRestart, a grant of an earlier
+// incarnation of our identity, which is dead (BRIEF §3 rule 7). A revoked grant never is: taking it
+// over would undo the revocation.
+func (a *acquisition) ownedByUs(rec Record) bool {
+	l := a.l
+	switch {
+	case !rec.Held() || rec.Revoked:
+		return false
+	case rec.Owner == l.owner.String():
+		return true
+	default:
+		return (l.opts.zeroWait || l.opts.mutations.has(mutZeroWaitAnyIdentity)) && l.owner.sameIdentity(rec.Owner)
+	}
+}
+
+// FirstToken is the fencing token of the first grant of a new owner record created at wall-clock
+// time wall: its Unix time in microseconds (at least 1). Tokens grow by one per grant and a grant
+// takes far longer than a microsecond, so a record that was deleted and created again (a truncated
+// table, a re-created keyspace) still starts above every token the old record issued, as long as
+// the creating machine's wall clock is not behind the old record's creator by more than the old
+// record's lifetime.
+func FirstToken(wall time.Time) int64 { return max(1, wall.UnixMicro()) }
 
 // grant writes this owner into the owner record with the next token. It returns nil, nil when
 // another writer won the race.
@@ -386,14 +449,23 @@ func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lea
 	}
 	if !exists {
 		prev = Record{}
-		next.Token, next.Version = 1, 1
+		next.Token, next.Version = FirstToken(wall), 1
+	} else if l.opts.mutations.has(mutTokenNotBumped) {
+		next.Token = prev.Token
 	}
 	sent := l.opts.clock.Now()
 	applied, cur, ok, err := l.cas(ctx, a.lockID, prev, next)
+	if l.opts.mutations.has(mutFenceFromReceive) {
+		sent = l.opts.clock.Now()
+	}
 	if err != nil {
 		l.opts.log.V(1).Info("grant outcome unknown, settling", "lock", a.lockID, "err", err.Error())
+		// Settle even when our caller gave up (its context ending is the usual reason for an
+		// unknown outcome): a grant that applied unseen would block everyone for a lease.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.lease)
 		var serr error
-		cur, ok, serr = l.settle(ctx, a.lockID)
+		cur, ok, serr = l.settle(sctx, a.lockID)
+		cancel()
 		if serr != nil {
 			// We may hold the record without knowing it; nobody claims it, and it expires by
 			// observation after one lease.
@@ -411,7 +483,18 @@ func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lea
 	delete(l.observed, a.lockID)
 	l.mu.Unlock()
 	a.leaveQueue(ctx) // wakes the next waiter: it is the head now
-	return startLease(l, a.lockID, next, sent), nil
+	lease := startLease(l, a.lockID, next, sent)
+	if err := ctx.Err(); err != nil {
+		// Granted, but our caller is gone: give the record back at once rather than leave a grant
+		// that nobody renews or releases to block the lock for a lease.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.lease)
+		defer cancel()
+		if rerr := lease.Release(rctx); rerr != nil {
+			l.opts.log.V(1).Info("giving back a grant whose caller had gone", "lock", a.lockID, "err", rerr.Error())
+		}
+		return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
+	}
+	return lease, nil
 }
 
 func (a *acquisition) enqueue(ctx context.Context) error {

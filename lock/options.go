@@ -35,6 +35,8 @@ type options struct {
 	clock          clock.WithDelayedExecution
 	wallClock      func() time.Time
 	waker          Waker
+	zeroWait       bool
+	mutations      mutations // unsafe variants for the simulation's mutation test; never set outside tests
 	progress       func(Progress)
 	renewed        func(lockID string, took time.Duration, err error)
 	errs           []error
@@ -107,7 +109,10 @@ func WithQueueEntryTTL(d time.Duration) Option {
 func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithClock sets the clock used for lease timing. Only differences between its readings and its
-// timers are used, so it should be monotonic; the real clock is.
+// timers are used, so it should be monotonic and keep counting while the machine is suspended.
+// The default is Go's monotonic clock plus the time the machine spent suspended (CLOCK_BOOTTIME on
+// Linux), because Go's own clock stops during a suspension: a holder resumed after its lease ran
+// out must count the time it was away.
 func WithClock(c clock.WithDelayedExecution) Option {
 	return func(o *options) {
 		if c == nil {
@@ -130,6 +135,17 @@ func WithProgress(f func(Progress)) Option { return func(o *options) { o.progres
 func WithRenewObserver(f func(lockID string, took time.Duration, err error)) Option {
 	return func(o *options) { o.renewed = f }
 }
+
+// WithZeroWaitRestart lets a new incarnation of this Locker's owner identity take over a grant
+// of an earlier incarnation at once, with a new token, ahead of any queued waiter: a restarted
+// process does not wait out its own dead predecessor's lease (BRIEF §3 rule 7, seed 003).
+//
+// It is only safe where two processes with one identity never run at the same time, because the
+// takeover trusts that the earlier incarnation is dead. A Kubernetes sidecar qualifies: its identity
+// holds the pod UID, and the kubelet never runs two incarnations of a container at once. A process
+// whose identity could repeat (hostname and PID in containers) must not set it. A revoked grant is
+// never taken over this way. Default off.
+func WithZeroWaitRestart() Option { return func(o *options) { o.zeroWait = true } }
 
 // WithWaker sets the hint channel that wakes waiters early when a lock is released (see Waker).
 func WithWaker(w Waker) Option { return func(o *options) { o.waker = w } }
@@ -164,7 +180,7 @@ func buildOptions(opts []Option) (options, error) {
 		o.queueEntryTTL = max(DefaultQueueEntryTTL, (3 * o.waiterPoll).Round(time.Second))
 	}
 	if o.clock == nil {
-		o.clock = clock.RealClock{}
+		o.clock = defaultClock()
 	}
 	if o.wallClock == nil {
 		o.wallClock = time.Now

@@ -16,11 +16,13 @@ const MaxIDLength = 256
 const ownerSep = "#"
 
 // Owner identifies one holder process. Identity is stable for the thing that holds the lock (in
-// Kubernetes: namespace/pod name/pod UID); Incarnation is random per process start. A new
-// incarnation of the same identity may take over its predecessor's grant at once, with a new
-// token, because the predecessor process is gone (BRIEF §3 rule 7).
+// Kubernetes: namespace/pod name/pod UID); Incarnation is random per process start (NewOwner).
+// With WithZeroWaitRestart, a new incarnation of the same identity takes over its predecessor's
+// grant at once, with a new token, because the predecessor process is gone (BRIEF §3 rule 7).
 //
-// Two live processes must never share an identity: the at-once takeover trusts that they do not.
+// Two Lockers must never share an Owner (identity and incarnation): a Locker takes over a grant of
+// its own owner string at once. Use NewOwner. Where two live processes could share an identity
+// (host names and PIDs repeat across containers), do not use WithZeroWaitRestart.
 type Owner struct {
 	Identity    string
 	Incarnation string

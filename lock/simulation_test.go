@@ -4,9 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 )
 
@@ -14,9 +16,15 @@ var (
 	simHistories = flag.Int("sim.histories", 30, "simulated histories per fault class (make soak uses 1000)")
 	simSeed      = flag.Uint64("sim.seed", 0, "replay only this seed (printed by a failing history)")
 	simClass     = flag.String("sim.class", "", "run only this fault class")
+	simMutants   = flag.Int("sim.mutant-histories", 60, "histories a mutant may survive before the mutation test fails")
 )
 
 const simLease = 3 * time.Second
+
+// simDrift is the largest clock-rate error of the drift classes: with it, (lease − margin) on the
+// slowest clock still ends before a lease on the fastest one, so the default margin (a tenth of
+// the lease) covers it, and a lock without the margin does not.
+const simDrift = 0.04
 
 func simClasses() []faultClass {
 	base := func(name string) faultClass {
@@ -32,12 +40,13 @@ func simClasses() []faultClass {
 	}
 	add(base("baseline"), func(c *faultClass) { c.try = true })
 	add(base("holder-paused"), func(c *faultClass) {
-		c.appPause = true
+		c.appPause, c.drift = true, simDrift
 		c.faults.Stall, c.faults.StallFor = 0.02, 2*simLease
 	})
 	add(base("unknown-outcome"), func(c *faultClass) {
 		c.faults.ApplyLater, c.faults.LaterBy = 0.1, simLease
 		c.faults.DropResponse = 0.05
+		c.cutAfterRenewal = 0.02
 	})
 	add(base("duplicate-cas"), func(c *faultClass) {
 		c.faults.Duplicate, c.faults.LaterBy = 0.2, 200*time.Millisecond
@@ -48,21 +57,42 @@ func simClasses() []faultClass {
 		c.contenderLease = 2 * simLease
 	})
 	add(base("partition"), func(c *faultClass) { c.partitions = true })
+	add(base("holder-cut-drift"), func(c *faultClass) {
+		c.drift, c.cutAfterRenewal, c.partitions, c.appPause = simDrift, 0.1, true, true
+	})
+	add(base("stale-delayed-reads"), func(c *faultClass) {
+		c.drift, c.cutAfterRenewal = simDrift, 0.1
+		c.faults.StaleRead, c.faults.StaleBy = 0.2, simLease
+		c.faults.DelayRequest, c.faults.DelayBy = 0.1, simLease
+	})
 	add(base("dropped-requests"), func(c *faultClass) { c.faults.DropRequest = 0.1 })
-	add(base("clock-skew"), func(c *faultClass) { c.drift, c.wallJumps = 0.03, true })
-	add(base("holder-crash"), func(c *faultClass) { c.crashes = true })
+	add(base("clock-skew"), func(c *faultClass) { c.drift, c.wallJumps = simDrift, true })
+	add(base("holder-crash"), func(c *faultClass) { c.crashes, c.zeroWait = true, true })
+	add(base("shared-identity"), func(c *faultClass) { c.sharedIdentity, c.zeroWait, c.try = true, true, true })
 	add(base("revocation"), func(c *faultClass) { c.revoke = true })
 	add(base("contention-64"), func(c *faultClass) { c.clients, c.duration = 64, 30*time.Second })
 	add(base("all-faults"), func(c *faultClass) {
-		c.try, c.appPause, c.partitions, c.crashes, c.revoke, c.wallJumps = true, true, true, true, true, true
-		c.drift = 0.03
+		c.try, c.appPause, c.partitions, c.crashes, c.zeroWait, c.revoke, c.wallJumps = true, true, true, true, true, true, true
+		c.drift, c.cutAfterRenewal = simDrift, 0.03
 		c.faults = memstore.Faults{
 			MinLatency: time.Millisecond, MaxLatency: 50 * time.Millisecond,
 			DropRequest: 0.03, DropResponse: 0.03, ApplyLater: 0.05, LaterBy: simLease,
 			Duplicate: 0.05, Stall: 0.01, StallFor: 2 * simLease,
+			DelayRequest: 0.03, DelayBy: simLease / 6, StaleRead: 0.1, StaleBy: simLease,
 		}
 	})
 	return classes
+}
+
+func classByName(t *testing.T, name string) faultClass {
+	t.Helper()
+	for _, c := range simClasses() {
+		if c.name == name {
+			return c
+		}
+	}
+	t.Fatalf("no fault class %q", name)
+	return faultClass{}
 }
 
 func classSeed(name string, i int) uint64 {
@@ -72,7 +102,7 @@ func classSeed(name string, i int) uint64 {
 }
 
 // TestSimulation runs seeded histories per fault class of BRIEF §8 that apply to the library and
-// checks each with porcupine and the fenced register.
+// checks each with porcupine, the overlap check and the fenced register.
 func TestSimulation(t *testing.T) {
 	for _, c := range simClasses() {
 		if *simClass != "" && c.name != *simClass {
@@ -105,18 +135,62 @@ func TestSimulation(t *testing.T) {
 				rejected += h.rejected
 				faults += h.faults
 			}
-			fmt.Printf("simulation %-18s %4d histories checked: %6d grants, %6d faults injected, %7d fenced writes accepted, %5d stale writes rejected\n",
+			fmt.Printf("simulation %-19s %4d histories checked: %6d grants, %6d faults injected, %7d fenced writes accepted, %5d stale writes rejected\n",
 				c.name, n, grants, faults, writes, rejected)
 		})
 	}
 }
 
-// TestSimulationCatchesUnsafeClock makes sure the checks can fail: a client whose clock runs 60%
-// fast (far beyond the safety margin) takes over leases early, and the checker must notice.
+// mutantClass names the fault class that must expose each unsafe variant of the lock.
+var mutantClass = map[string]string{
+	"no-safety-margin":        "holder-cut-drift",
+	"fence-from-receive":      "holder-paused",
+	"observe-from-send":       "stale-delayed-reads",
+	"unknown-renewal-applied": "unknown-outcome",
+	"zero-wait-any-identity":  "shared-identity",
+	"revoked-is-free":         "revocation",
+	"own-lease-only":          "expiry-mid-acquire",
+	"peer-timestamp-expiry":   "clock-skew",
+	"token-not-bumped":        "baseline",
+}
+
+// TestSimulationCatchesMutants is the mutation test: each deliberately unsafe variant of the lock
+// (selected through a test-only seam) runs in the fault class that should expose it, and the
+// checker must report a violation within a bounded number of histories. A checker that cannot
+// fail is not a check.
+func TestSimulationCatchesMutants(t *testing.T) {
+	for _, m := range lock.Mutations() {
+		t.Run(m, func(t *testing.T) {
+			name, ok := mutantClass[m]
+			if !ok {
+				t.Fatalf("mutation %q has no fault class that should catch it", m)
+			}
+			c := classByName(t, name)
+			c.mutation = m
+			for i := range *simMutants {
+				seed := classSeed("mutant-"+m, i)
+				if problems := check(simulate(t, c, seed)); len(problems) > 0 {
+					fmt.Printf("simulation mutant %-24s caught in class %-19s after %2d histories: %s\n", m, name, i+1, clip(problems[0], 110))
+					return
+				}
+			}
+			t.Fatalf("the unsafe variant %q survived %d histories of class %s: the simulation cannot see it", m, *simMutants, name)
+		})
+	}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.TrimSpace(s[:n]) + "…"
+}
+
+// TestSimulationCatchesUnsafeClock makes sure the checks can fail for a broken environment too: a
+// client whose clock runs 60% fast (far beyond the safety margin) takes over leases early.
 func TestSimulationCatchesUnsafeClock(t *testing.T) {
-	c := simClasses()[0]
-	c.name, c.try, c.unsafeFastClock = "unsafe-clock", false, true
-	c.appPause = true // paused holders stop renewing and let the fast clock strike
+	c := classByName(t, "holder-paused")
+	c.name, c.unsafeFastClock = "unsafe-clock", true
 	for i := range 20 {
 		if problems := check(simulate(t, c, classSeed(c.name, i))); len(problems) > 0 {
 			t.Logf("seed %d caught as expected: %v", classSeed(c.name, i), problems[0])
@@ -129,14 +203,13 @@ func TestSimulationCatchesUnsafeClock(t *testing.T) {
 // TestSimulationReplays makes sure a seed replays: the same seed gives the same history, so the
 // seed printed by a failing history reproduces it.
 func TestSimulationReplays(t *testing.T) {
-	classes := simClasses()
-	c := classes[len(classes)-1] // all faults at once
+	c := classByName(t, "all-faults")
 	seed := classSeed(c.name, 7)
 	a, b := simulate(t, c, seed), simulate(t, c, seed)
-	if describe(a) != describe(b) || len(a.ops) != len(b.ops) || a.faults != b.faults || len(a.events) != len(b.events) {
+	if describe(a) != describe(b) || len(a.claims) != len(b.claims) || a.faults != b.faults || len(a.events) != len(b.events) {
 		t.Fatalf("seed %d gave two different histories:\n%s\nversus\n%s", seed, describe(a), describe(b))
 	}
-	if len(a.ops) == 0 {
+	if len(a.claims) == 0 {
 		t.Fatal("empty history")
 	}
 }

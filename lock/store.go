@@ -14,7 +14,9 @@ type Record struct {
 	// Owner is the owner string (see Owner.String) of the current holder, or "" when the lock is free.
 	Owner string
 	// Token is the fencing token of the latest grant. It grows by one with every grant and is
-	// never reset, so it stays strictly larger than every earlier grant's token.
+	// never reset, so it stays strictly larger than every earlier grant's token. A new record
+	// starts at FirstToken (wall-clock microseconds), so a deleted and re-created record does not
+	// issue old tokens again.
 	Token int64
 	// Version grows by one with every write of the record. Every conditional write compares it.
 	Version int64
@@ -37,6 +39,16 @@ func (r Record) Held() bool { return r.Owner != "" }
 // observation.
 func (r Record) sameState(o Record) bool {
 	return r.Version == o.Version && r.Owner == o.Owner && r.Token == o.Token && r.Revoked == o.Revoked
+}
+
+// olderThan reports whether r is an earlier state of the lock than o. Records are ordered by
+// (Token, Version): within one record both only grow, and a record created again starts at a token
+// above every earlier one (FirstToken) though its version restarts.
+func (r Record) olderThan(o Record) bool {
+	if r.Token != o.Token {
+		return r.Token < o.Token
+	}
+	return r.Version < o.Version
 }
 
 // QueueEntry is one waiter in a lock's queue. Entries sort by (Enqueued, Owner), the order of the

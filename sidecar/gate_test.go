@@ -103,7 +103,7 @@ func TestGateReadinessCondition(t *testing.T) {
 	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", ReadinessGate))
 	eventually(t, "pod a's condition True", 10*time.Second, func() bool {
 		c, ok := condition(t, client, ns, "a")
-		return ok && c.Status == corev1.ConditionTrue && c.Reason == "LockHeld" && strings.Contains(c.Message, "orders (token 1)")
+		return ok && c.Status == corev1.ConditionTrue && c.Reason == "LockHeld" && strings.Contains(c.Message, "orders (token ")
 	})
 	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", ReadinessGate))
 	eventually(t, "pod b's condition False with its queue position", 10*time.Second, func() bool {

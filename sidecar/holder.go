@@ -72,8 +72,10 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		subs:    make(map[chan api.Event]struct{}),
 		changes: make(chan struct{}, 1),
 	}
+	// Zero-wait restart is safe here: the identity holds the pod UID and the kubelet never runs two
+	// incarnations of the sidecar container at once, so an earlier incarnation's grant is dead.
 	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithProgress(h.onProgress),
-		lock.WithRenewObserver(h.onRenew)}, lockOpts...)
+		lock.WithRenewObserver(h.onRenew), lock.WithZeroWaitRestart()}, lockOpts...)
 	if h.locker, err = lock.New(store, owner, all...); err != nil {
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}
@@ -283,7 +285,13 @@ func (h *Holder) statusLocked(id string) api.LockStatus {
 	s := h.locks[id]
 	st := s.status
 	if s.lease != nil {
-		st.LeaseRemainingMs = s.lease.Remaining().Milliseconds()
+		left := s.lease.Remaining()
+		st.LeaseRemainingMs = left.Milliseconds()
+		if left <= 0 && st.State == api.StateHeld {
+			// The self-fence deadline has passed and the loss is on its way (its goroutine may not
+			// have run yet, or the machine was just resumed): never report held past the deadline.
+			st.State, st.Reason, st.LeaseRemainingMs = api.StateLost, "lease expired: its self-fence deadline passed", 0
+		}
 	}
 	return st
 }

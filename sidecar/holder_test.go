@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 
+	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecar/api"
 )
@@ -161,10 +164,11 @@ func TestHolderTryMode(t *testing.T) {
 			t.Fatal("try mode: started at once, not ready before acquiring")
 		}
 		st, err := a.Acquire(ctx, "orders", 0)
-		if err != nil || st.State != api.StateHeld || st.Token != 1 {
+		if err != nil || st.State != api.StateHeld || st.Token < 1 {
 			t.Fatalf("try on a free lock: %+v %v", st, err)
 		}
-		if again, err := a.Acquire(ctx, "orders", 0); err != nil || again.Token != 1 {
+		firstToken := st.Token
+		if again, err := a.Acquire(ctx, "orders", 0); err != nil || again.Token != st.Token {
 			t.Fatalf("acquiring a held lock again should be idempotent: %+v %v", again, err)
 		}
 		if _, err := b.Acquire(ctx, "orders", 0); !errors.Is(err, api.ErrLocked) {
@@ -186,7 +190,7 @@ func TestHolderTryMode(t *testing.T) {
 		if st, err := a.Release(ctx, "orders"); err != nil || st.State != api.StateIdle {
 			t.Fatalf("release: %+v %v", st, err)
 		}
-		if st := <-got; st.Token != 2 {
+		if st := <-got; st.Token != firstToken+1 {
 			t.Fatalf("waiter got %+v", st)
 		}
 		if _, err := a.Release(ctx, "orders"); !errors.Is(err, api.ErrNotHeld) {
@@ -201,5 +205,48 @@ func TestHolderTryMode(t *testing.T) {
 		}
 		_ = a.Shutdown(ctx)
 		_ = b.Shutdown(ctx)
+	})
+}
+
+// aheadClock is Go's clock read ahead of its own timers by a settable amount: what a holder sees
+// when its fence timer fires late or its machine just resumed.
+type aheadClock struct {
+	clock.RealClock
+	ahead atomic.Int64
+}
+
+func (c *aheadClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.ahead.Load())) }
+func (c *aheadClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// TestHolderNeverReportsHeldPastDeadline: the API downgrades a lock at its self-fence deadline,
+// even before the lease's own loss notice has run.
+func TestHolderNeverReportsHeldPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		clk := &aheadClock{}
+		client := mem.Client(1, memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 2 * time.Millisecond})
+		h, err := NewHolder(testOptions(t, "a", ModeBlocking, "orders"), client, logr.Discard(), lock.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, stop := h.Subscribe()
+		defer stop()
+		h.Start(ctx)
+		defer h.Shutdown(ctx)
+		if e := next(t, events); e.Type != api.EventAcquired {
+			t.Fatalf("%+v", e)
+		}
+		clk.ahead.Store(int64(3 * time.Second)) // the lease's deadline passed; its timer has not run
+		st, _ := h.Lock("orders")
+		if st.State == api.StateHeld || st.LeaseRemainingMs != 0 {
+			t.Fatalf("status past the self-fence deadline: %+v", st)
+		}
+		if locks := h.Locks(); locks[0].State == api.StateHeld {
+			t.Fatalf("Locks past the self-fence deadline: %+v", locks)
+		}
+		if h.Ready() {
+			t.Fatal("ready past the self-fence deadline")
+		}
 	})
 }

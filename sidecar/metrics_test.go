@@ -29,14 +29,16 @@ func TestMetricsFollowTheLock(t *testing.T) {
 		events, stop := h.Subscribe()
 		defer stop()
 		h.Start(ctx)
-		if e := next(t, events); e.Type != api.EventAcquired {
-			t.Fatalf("%+v", e)
+		acquired := next(t, events)
+		if acquired.Type != api.EventAcquired {
+			t.Fatalf("%+v", acquired)
 		}
 		if got := testutil.ToFloat64(m.held.WithLabelValues("orders")); got != 1 {
 			t.Fatalf("baton_lock_held = %v, want 1", got)
 		}
-		if got := testutil.ToFloat64(m.token.WithLabelValues("orders")); got != 1 {
-			t.Fatalf("baton_lock_token = %v, want 1", got)
+		// A float64 holds tokens exactly up to 2^53 (wall-clock microseconds until the 2250s).
+		if got := testutil.ToFloat64(m.token.WithLabelValues("orders")); got != float64(acquired.Token) {
+			t.Fatalf("baton_lock_token = %v, want %d", got, acquired.Token)
 		}
 		time.Sleep(5 * time.Second) // a few renewals
 		if n := testutil.CollectAndCount(m.renewals, "baton_lock_renew_seconds"); n != 1 {

@@ -19,6 +19,13 @@ const DefaultKeyspace = "baton"
 // node, too weak for production (use NetworkTopologyStrategy with 3 replicas per data centre).
 const DefaultReplication = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
 
+// QueueGCGraceSeconds is the lock_queue table's gc_grace_seconds: how long Cassandra keeps the
+// tombstones of finished waiters (one per dequeue, one per expired entry) that every queue read has
+// to skip. It is short because a queue entry that comes back after a missed delete carries its
+// own TTL (seconds) and ages out by itself; the queue decides fairness, never safety. The owner
+// table keeps Cassandra's default: it has no deletes and no TTLs.
+const QueueGCGraceSeconds = 60
+
 // ErrSchema is returned when the keyspace lacks baton's tables or holds a newer schema version.
 var ErrSchema = errors.New("cassandrastore: schema")
 
@@ -49,15 +56,16 @@ func schemaStatements(ks, replication string) []string {
 			granted_at timestamp,
 			renewed_at timestamp
 		) WITH comment = 'baton lock owner records: written only by LWT'`, ks),
-		// Plain writes with TTL; tombstones of finished waiters are purged quickly.
+		// Plain writes with TTL; tombstones of finished waiters are purged quickly (see
+		// QueueGCGraceSeconds).
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.lock_queue (
 			lock_id text,
 			enqueued bigint,
 			owner text,
 			PRIMARY KEY (lock_id, enqueued, owner)
 		) WITH CLUSTERING ORDER BY (enqueued ASC, owner ASC)
-		  AND gc_grace_seconds = 600
-		  AND comment = 'baton lock queues: waiters in arrival order'`, ks),
+		  AND gc_grace_seconds = %d
+		  AND comment = 'baton lock queues: waiters in arrival order'`, ks, QueueGCGraceSeconds),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.schema_version (
 			component text PRIMARY KEY,
 			version int
@@ -87,6 +95,9 @@ func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace, replica
 			return fmt.Errorf("cassandrastore: waiting for schema agreement: %w", err)
 		}
 	}
+	if err := tuneQueueTable(ctx, session, keyspace); err != nil {
+		return err
+	}
 	var existing int
 	applied, err := session.Query(
 		fmt.Sprintf(`INSERT INTO %s.schema_version (component, version) VALUES ('lock', ?) IF NOT EXISTS`, keyspace),
@@ -97,6 +108,27 @@ func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace, replica
 	if !applied && existing > SchemaVersion {
 		return fmt.Errorf("%w: keyspace %s has schema version %d, this build supports up to %d: upgrade baton",
 			ErrSchema, keyspace, existing, SchemaVersion)
+	}
+	return nil
+}
+
+// tuneQueueTable brings the queue table of a keyspace created by an earlier release to
+// QueueGCGraceSeconds. It changes the schema only when the setting differs.
+func tuneQueueTable(ctx context.Context, session *gocql.Session, keyspace string) error {
+	var grace int
+	err := session.Query(`SELECT gc_grace_seconds FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'lock_queue'`,
+		keyspace).ScanContext(ctx, &grace)
+	if err != nil {
+		return fmt.Errorf("cassandrastore: reading the options of %s.lock_queue: %w", keyspace, err)
+	}
+	if grace == QueueGCGraceSeconds {
+		return nil
+	}
+	if err := session.Query(fmt.Sprintf(`ALTER TABLE %s.lock_queue WITH gc_grace_seconds = %d`, keyspace, QueueGCGraceSeconds)).ExecContext(ctx); err != nil {
+		return fmt.Errorf("cassandrastore: setting gc_grace_seconds of %s.lock_queue: %w", keyspace, err)
+	}
+	if err := session.AwaitSchemaAgreement(ctx); err != nil {
+		return fmt.Errorf("cassandrastore: waiting for schema agreement: %w", err)
 	}
 	return nil
 }

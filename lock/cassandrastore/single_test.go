@@ -286,13 +286,15 @@ func TestRevocation(t *testing.T) {
 	release(t, w)
 }
 
-// TestRestartTakesOverAtOnce: a new incarnation of the same identity takes over its predecessor's
-// grant at once with a new token (BRIEF §3 rule 7).
+// TestRestartTakesOverAtOnce: with WithZeroWaitRestart, a new incarnation of the holder's
+// identity takes over its predecessor's grant at once with a new token (BRIEF §3 rule 7), even with
+// standbys queued: leadership does not move because the holder's process restarted.
 func TestRestartTakesOverAtOnce(t *testing.T) {
 	cut := cutstore.New(newStore(t, single, ""))
 	id := lockID(t)
 	ctx := ctxFor(t, time.Minute)
-	first, err := lock.New(cut, lock.Owner{Identity: "ns/pod/uid-1", Incarnation: "a"}, lock.WithLease(30*time.Second))
+	zeroWait := []lock.Option{lock.WithLease(30 * time.Second), lock.WithZeroWaitRestart()}
+	first, err := lock.New(cut, lock.Owner{Identity: "ns/pod/uid-1", Incarnation: "a"}, zeroWait...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +302,25 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two standbys queue behind the holder.
+	standbys, cancelStandbys := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancelStandbys(); wg.Wait() })
+	for i := range 2 {
+		s := newLocker(t, newStore(t, single, ""), fmt.Sprintf("standby-%d", i), lock.WithLease(30*time.Second), lock.WithZeroWaitRestart())
+		wg.Go(func() {
+			if l, err := s.Acquire(standbys, id); err == nil {
+				t.Errorf("standby %d was granted token %d", i, l.Token())
+				release(t, l)
+			}
+		})
+	}
+	waitFor(t, "two standbys to queue", func() bool {
+		st, err := lock.Inspect(ctx, cut, id)
+		return err == nil && len(st.Queue) == 2
+	})
 	cut.Cut(true) // the old process dies without releasing
-	second, err := lock.New(newStore(t, single, ""), lock.Owner{Identity: "ns/pod/uid-1", Incarnation: "b"}, lock.WithLease(30*time.Second))
+	second, err := lock.New(newStore(t, single, ""), lock.Owner{Identity: "ns/pod/uid-1", Incarnation: "b"}, zeroWait...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,11 +330,13 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("restart takeover took %v; it should not wait for the 30s lease", took)
+		t.Fatalf("restart takeover took %v with two standbys queued; it should not wait for the 30s lease", took)
 	}
 	if l.Token() != old.Token()+1 {
 		t.Fatalf("token %d after %d", l.Token(), old.Token())
 	}
+	cancelStandbys()
+	wg.Wait()
 	release(t, l)
 }
 
@@ -361,5 +382,75 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRecreatedRecordStartsAboveOldTokens: an owner record deleted by an administrator (here a
+// plain DELETE, as a TRUNCATE would) is created again with a token above every earlier one.
+func TestRecreatedRecordStartsAboveOldTokens(t *testing.T) {
+	session := single.Session(t)
+	store := newStore(t, single, "")
+	id := lockID(t)
+	ctx := ctxFor(t, time.Minute)
+	l := newLocker(t, store, "recreate")
+	var last int64
+	for range 2 {
+		lease, err := l.Acquire(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = lease.Token()
+		release(t, lease)
+	}
+	if err := session.Query(`DELETE FROM `+keyspace+`.lock_owners WHERE lock_id = ?`, id).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := lock.Inspect(ctx, store, id); err != nil || st.Exists {
+		t.Fatalf("after DELETE: %+v %v", st, err)
+	}
+	lease, err := l.Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, lease)
+	if lease.Token() <= last {
+		t.Fatalf("re-created record issued token %d after %d", lease.Token(), last)
+	}
+}
+
+// TestQueueTombstonesAreShortLived: the queue table purges the tombstones of finished waiters
+// after QueueGCGraceSeconds, also in a keyspace created by an earlier release (gc_grace 600), and
+// the owner table has no default TTL.
+func TestQueueTombstonesAreShortLived(t *testing.T) {
+	session := single.Session(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	ks := "baton_old_schema"
+	for _, stmt := range []string{
+		`CREATE KEYSPACE IF NOT EXISTS ` + ks + ` WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}`,
+		`CREATE TABLE IF NOT EXISTS ` + ks + `.lock_queue (lock_id text, enqueued bigint, owner text,
+			PRIMARY KEY (lock_id, enqueued, owner)) WITH gc_grace_seconds = 600`,
+	} {
+		if err := session.Query(stmt).ExecContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cassandrastore.EnsureSchema(ctx, session, ks, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		table      string
+		grace, ttl int
+	}{
+		{"lock_queue", cassandrastore.QueueGCGraceSeconds, 0},
+		{"lock_owners", 864000, 0},
+	} {
+		var grace, ttl int
+		if err := session.Query(`SELECT gc_grace_seconds, default_time_to_live FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
+			ks, tc.table).ScanContext(ctx, &grace, &ttl); err != nil {
+			t.Fatal(err)
+		}
+		if grace != tc.grace || ttl != tc.ttl {
+			t.Errorf("%s.%s: gc_grace_seconds %d, default_time_to_live %d; want %d and %d", ks, tc.table, grace, ttl, tc.grace, tc.ttl)
+		}
 	}
 }

@@ -39,11 +39,13 @@ type Store struct {
 type Stats struct {
 	Requests, DroppedRequests, DroppedResponses, Stalls, Pauses        int
 	AcceptedNotCommitted, CommittedLater, DroppedProposals, Duplicates int
+	DelayedRequests, StaleReads                                        int
 }
 
 // Faults returns how many faults of any kind were injected.
 func (s Stats) Faults() int {
-	return s.DroppedRequests + s.DroppedResponses + s.Stalls + s.Pauses + s.AcceptedNotCommitted + s.Duplicates
+	return s.DroppedRequests + s.DroppedResponses + s.Stalls + s.Pauses + s.AcceptedNotCommitted + s.Duplicates +
+		s.DelayedRequests + s.StaleReads
 }
 
 // Stats returns the counters so far.
@@ -90,6 +92,17 @@ func (s *Store) Record(lockID string) (lock.Record, bool) {
 	return r, ok
 }
 
+// Delete removes lockID's owner record and queue, as an administrator truncating the tables
+// would. The lock itself never deletes a record; tests use this to check that a re-created record
+// does not issue old tokens again.
+func (s *Store) Delete(lockID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.records, lockID)
+	delete(s.pending, lockID)
+	delete(s.queues, lockID)
+}
+
 // commitLocked makes a write visible and logs it.
 func (s *Store) commitLocked(lockID string, prev, next lock.Record) {
 	s.records[lockID] = next
@@ -131,6 +144,16 @@ type Faults struct {
 	// Stall delays a response by StallFor: the caller looks paused.
 	Stall    float64
 	StallFor time.Duration
+	// DelayRequest holds a request in the network for up to DelayBy before it reaches the store.
+	// The caller's deadline does not stop a request that is on its way: it still arrives, and a
+	// caller that gave up sees a timeout.
+	DelayRequest float64
+	DelayBy      time.Duration
+	// StaleRead makes a non-linearizable Load return the record as it was up to StaleBy ago, as a
+	// replica that has not applied the latest Paxos commit yet would: an earlier committed
+	// version, or none. Linearizable loads are never stale.
+	StaleRead float64
+	StaleBy   time.Duration
 }
 
 // Client is one process's view of a Store; it implements lock.Store.
@@ -261,7 +284,11 @@ func (c *Client) call(ctx context.Context, what string, op func()) error {
 	c.requests++
 	c.mu.Unlock()
 	time.Sleep(c.pauseLeft())
-	if err := wait(ctx, c.latency(what)); err != nil {
+	if c.chance(what, c.faults.DelayRequest) {
+		// On its way whatever the caller's deadline says.
+		c.s.count(&c.s.stats.DelayedRequests)
+		time.Sleep(c.latency(what) + c.upTo(what, c.faults.DelayBy))
+	} else if err := wait(ctx, c.latency(what)); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrTimeout, what, err)
 	}
 	if c.cut() {
@@ -297,6 +324,8 @@ func (c *Client) Load(ctx context.Context, lockID string, linearizable bool) (re
 		kind = "serial-load"
 	}
 	commit := c.chance(kind, 0.5)
+	stale := !linearizable && c.chance(kind, c.faults.StaleRead)
+	staleBy := c.upTo(kind, c.faults.StaleBy)
 	err = c.call(ctx, kind, func() {
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
@@ -304,8 +333,28 @@ func (c *Client) Load(ctx context.Context, lockID string, linearizable bool) (re
 			c.s.settleLocked(lockID, commit)
 		}
 		rec, ok = c.s.records[lockID]
+		if stale {
+			c.s.stats.StaleReads++
+			rec, ok = c.s.recordAtLocked(lockID, time.Now().Add(-staleBy), rec, ok)
+		}
 	})
 	return rec, ok, err
+}
+
+// recordAtLocked returns lockID's committed record as it was at time at: the latest write
+// committed by then, or none. cur and ok are the record now.
+func (s *Store) recordAtLocked(lockID string, at time.Time, cur lock.Record, ok bool) (lock.Record, bool) {
+	for i := len(s.history) - 1; i >= 0; i-- {
+		e := s.history[i]
+		if e.LockID != lockID {
+			continue
+		}
+		if !e.At.After(at) {
+			return e.Next, true
+		}
+		cur, ok = e.Prev, e.Prev.Version != 0
+	}
+	return cur, ok
 }
 
 // CompareAndSwap implements lock.Store.

@@ -1,0 +1,359 @@
+package lock_test
+
+// Tests for the paths around the core protocol where two live processes could hold one lock or a
+// lock could be stuck for a lease (issue 8). Each runs the real Locker on the in-memory store in
+// virtual time.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/memstore"
+)
+
+var fastFaults = memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 3 * time.Millisecond}
+
+// TestSameIdentityWithoutZeroWaitWaits: two live processes that share an identity (two CLI
+// processes with the same hostname and PID in two containers) are two owners. Without
+// WithZeroWaitRestart the second must wait for the first like anybody else.
+func TestSameIdentityWithoutZeroWaitWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		first, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "host/worker/1", Incarnation: "a"}, lock.WithLease(3*time.Second))
+		second, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "host/worker/1", Incarnation: "b"}, lock.WithLease(3*time.Second))
+		held, err := first.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(ctx)
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if l, err := second.Acquire(wctx, "x"); err == nil {
+			defer l.Release(ctx)
+			t.Fatalf("second process with the same identity was granted token %d %v after asking while the first (token %d) is valid: %v",
+				l.Token(), time.Since(start), held.Token(), held.Valid())
+		}
+		if l, err := second.TryAcquire(ctx, "x"); !errors.Is(err, lock.ErrLocked) {
+			if l != nil {
+				defer l.Release(ctx)
+			}
+			t.Fatalf("TryAcquire by a second process with the same identity: %v, want ErrLocked", err)
+		}
+		if !held.Valid() {
+			t.Fatal("first holder lost its lease")
+		}
+		_ = held.Release(ctx)
+		l, err := second.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(ctx)
+	})
+}
+
+// TestZeroWaitRestartAheadOfQueue: with WithZeroWaitRestart, a restarted process of the holder's
+// identity takes over its predecessor's grant at once even when standbys are queued (the normal
+// leader-election shape), with a new token; leadership does not move.
+func TestZeroWaitRestartAheadOfQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		opts := []lock.Option{lock.WithLease(3 * time.Second), lock.WithZeroWaitRestart()}
+		crashing := mem.Client(1, fastFaults)
+		leader, _ := lock.New(crashing, lock.Owner{Identity: "ns/leader/uid-1", Incarnation: "1"}, opts...)
+		lease, err := leader.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two standbys queue behind the leader.
+		var granted sync.Map
+		var wg sync.WaitGroup
+		for i := range 2 {
+			s, _ := lock.New(mem.Client(uint64(10+i), fastFaults), lock.Owner{Identity: fmt.Sprintf("ns/standby-%d/uid", i), Incarnation: "1"}, opts...)
+			wg.Go(func() {
+				if l, err := s.Acquire(ctx, "x"); err == nil {
+					granted.Store(i, l.Token())
+					<-ctx.Done()
+					_ = l.Release(context.Background())
+				}
+			})
+		}
+		time.Sleep(2 * time.Second)
+		if q, _ := mem.Client(99, memstore.Faults{}).Queue(ctx, "x", 10); len(q) != 2 {
+			t.Fatalf("queue %v, want the two standbys", q)
+		}
+		// The leader's process dies without releasing; its pod's sidecar restarts at once.
+		crashing.Crash()
+		restarted, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "ns/leader/uid-1", Incarnation: "2"}, opts...)
+		start := time.Now()
+		defer func() {
+			cancel()
+			wg.Wait()
+			time.Sleep(10 * time.Second) // let the crashed lease's goroutines give up
+		}()
+		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+		defer acancel()
+		again, err := restarted.Acquire(actx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer again.Release(context.Background())
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Fatalf("restarted leader granted after %v with standbys queued; want at once (zero-wait restart)", took)
+		}
+		if again.Token() <= lease.Token() {
+			t.Fatalf("restart got token %d after %d", again.Token(), lease.Token())
+		}
+		granted.Range(func(k, v any) bool {
+			t.Errorf("standby %v was granted token %v", k, v)
+			return true
+		})
+	})
+}
+
+// TestZeroWaitNeverTakesRevokedGrant: a revoked grant of our own identity is not taken over at
+// once: the revocation would be undone by a restart.
+func TestZeroWaitNeverTakesRevokedGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		opts := []lock.Option{lock.WithLease(3 * time.Second), lock.WithZeroWaitRestart()}
+		crashing := mem.Client(1, fastFaults)
+		first, _ := lock.New(crashing, lock.Owner{Identity: "ns/p/uid", Incarnation: "1"}, opts...)
+		l, err := first.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		crashing.Crash()
+		if err := lock.Revoke(ctx, mem.Client(3, fastFaults), "x", l.Token()); err != nil {
+			t.Fatal(err)
+		}
+		second, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "ns/p/uid", Incarnation: "2"}, opts...)
+		start := time.Now()
+		defer time.Sleep(10 * time.Second)
+		l2, err := second.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l2.Release(ctx)
+		if took := time.Since(start); took < 3*time.Second {
+			t.Fatalf("revoked grant taken over by the same identity after %v, want at least one lease", took)
+		}
+	})
+}
+
+// lostResponseStore applies conditional writes but, while armed, loses their response: the
+// caller sees only its own context ending.
+type lostResponseStore struct {
+	lock.Store
+	armed atomic.Bool
+	sent  chan struct{}
+}
+
+func (s *lostResponseStore) CompareAndSwap(ctx context.Context, lockID string, prev, next lock.Record) (bool, lock.Record, bool, error) {
+	applied, cur, ok, err := s.Store.CompareAndSwap(ctx, lockID, prev, next)
+	if !s.armed.Load() {
+		return applied, cur, ok, err
+	}
+	s.sent <- struct{}{}
+	<-ctx.Done()
+	return false, lock.Record{}, false, fmt.Errorf("%w: %w", lock.ErrUnknownOutcome, ctx.Err())
+}
+
+// TestCancelledAcquireLeavesNoGrant: when Acquire's context ends while its grant is in flight and
+// the grant applied, Acquire settles it and gives the record back, so the next owner does not
+// wait a lease for a grant nobody holds.
+func TestCancelledAcquireLeavesNoGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		store := &lostResponseStore{Store: mem.Client(1, fastFaults), sent: make(chan struct{}, 1)}
+		store.armed.Store(true)
+		a, _ := lock.New(store, lock.Owner{Identity: "a", Incarnation: "1"}, lock.WithLease(15*time.Second))
+		ctx, cancel := context.WithCancel(context.Background())
+		errs := make(chan error, 1)
+		go func() {
+			l, err := a.Acquire(ctx, "x")
+			if l != nil {
+				err = fmt.Errorf("granted token %d", l.Token())
+			}
+			errs <- err
+		}()
+		<-store.sent
+		store.armed.Store(false)
+		cancel()
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Acquire: %v, want context.Canceled", err)
+		}
+		if rec, ok := mem.Record("x"); !ok || rec.Token == 0 {
+			t.Fatalf("the grant did not apply (record %+v): the test proves nothing", rec)
+		}
+		b, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "b", Incarnation: "1"}, lock.WithLease(15*time.Second))
+		start := time.Now()
+		l, err := b.Acquire(context.Background(), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("next owner granted %v after the cancelled Acquire: its grant was left behind", took)
+		}
+	})
+}
+
+// TestRecreatedRecordNeverReissuesTokens: a record deleted behind the lock's back (a truncated
+// table) starts again above every token it issued before.
+func TestRecreatedRecordNeverReissuesTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		l, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "a", Incarnation: "1"}, lock.WithLease(3*time.Second))
+		var last int64
+		for range 3 {
+			lease, err := l.Acquire(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = lease.Token()
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mem.Delete("x")
+		lease, err := l.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(ctx)
+		if lease.Token() <= last {
+			t.Fatalf("re-created record issued token %d after %d", lease.Token(), last)
+		}
+		if want := lock.FirstToken(time.Now()); lease.Token() > want {
+			t.Fatalf("first token %d of a record created at %d µs", lease.Token(), want)
+		}
+	})
+}
+
+// unknownCASStore never applies a conditional write and never knows whether it did.
+type unknownCASStore struct {
+	lock.Store
+	cas atomic.Int64
+}
+
+func (s *unknownCASStore) CompareAndSwap(ctx context.Context, lockID string, prev, next lock.Record) (bool, lock.Record, bool, error) {
+	s.cas.Add(1)
+	return false, lock.Record{}, false, fmt.Errorf("%w: overloaded", lock.ErrUnknownOutcome)
+}
+
+// TestRevokeBacksOff: Revoke against a store that never confirms retries with growing pauses
+// rather than in a tight loop.
+func TestRevokeBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		l, _ := lock.New(mem.Client(1, memstore.Faults{}), lock.Owner{Identity: "a", Incarnation: "1"}, lock.WithLease(3*time.Second))
+		lease, err := l.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(ctx)
+		store := &unknownCASStore{Store: mem.Client(2, fastFaults)}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := lock.Revoke(rctx, store, "x", lease.Token()); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Revoke on a store that never confirms: %v", err)
+		}
+		if n := store.cas.Load(); n < 3 || n > 15 {
+			t.Fatalf("Revoke sent %d conditional writes in 10s; want a few, with growing pauses", n)
+		}
+	})
+}
+
+// enqueueCounter counts queue writes.
+type enqueueCounter struct {
+	lock.Store
+	n atomic.Int64
+}
+
+func (s *enqueueCounter) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, ttl time.Duration) error {
+	s.n.Add(1)
+	return s.Store.Enqueue(ctx, lockID, e, ttl)
+}
+
+// TestDeepWaiterDoesNotRewriteEntryEveryPoll: a waiter further back than one queue read reaches
+// (1,024 entries) refreshes its entry every TTL/3 like the others, instead of rewriting it (and
+// leaving a tombstone) on every poll.
+func TestDeepWaiterDoesNotRewriteEntryEveryPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		filler := mem.Client(1, memstore.Faults{})
+		base := time.Now().Add(-time.Minute).UnixMicro()
+		for i := range 1100 {
+			if err := filler.Enqueue(ctx, "x", lock.QueueEntry{Enqueued: base + int64(i), Owner: fmt.Sprintf("w%04d#1", i)}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		store := &enqueueCounter{Store: mem.Client(2, fastFaults)}
+		l, _ := lock.New(store, lock.Owner{Identity: "deep", Incarnation: "1"}) // defaults: TTL 10s
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		if _, err := l.Acquire(wctx, "x"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire behind 1,100 waiters: %v", err)
+		}
+		// One write to join, then one per TTL/3 (10s/3): about 19 in 60s.
+		if n := store.n.Load(); n > 25 {
+			t.Fatalf("waiter at position 1,101 wrote its queue entry %d times in 60s", n)
+		}
+	})
+}
+
+// aheadClock is Go's clock read ahead of its own timers by a settable amount: what a holder sees
+// when a timer fires late or its machine just resumed.
+type aheadClock struct {
+	clock.RealClock
+	ahead atomic.Int64
+}
+
+func (c *aheadClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.ahead.Load())) }
+func (c *aheadClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// TestLapsedLeaseIsNeverRevived: once the self-fence deadline has passed, the lease is invalid even
+// before its fence timer runs, and a renewal that comes back afterwards does not revive it.
+func TestLapsedLeaseIsNeverRevived(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		clk := &aheadClock{}
+		l, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "a", Incarnation: "1"},
+			lock.WithLease(3*time.Second), lock.WithRenewInterval(time.Second), lock.WithClock(clk))
+		lease, err := l.Acquire(context.Background(), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(context.Background())
+		clk.ahead.Store(int64(3 * time.Second)) // past lease − margin since the grant was sent
+		if lease.Valid() {
+			t.Fatalf("lease valid with %v left after its deadline", lease.Remaining())
+		}
+		time.Sleep(1500 * time.Millisecond) // the next renewal (due 1s after the grant) comes back
+		if lease.Valid() || !errors.Is(lease.Err(), lock.ErrLeaseExpired) {
+			t.Fatalf("after a renewal that came back past the deadline: valid %v, err %v; want expired", lease.Valid(), lease.Err())
+		}
+		select {
+		case <-lease.Done():
+		default:
+			t.Fatal("Done still open after the lease expired")
+		}
+	})
+}

@@ -1,0 +1,34 @@
+package lock
+
+// mutations selects deliberately unsafe variants of the lock. They exist only so that the
+// simulation can prove that its checks catch each kind of unsafety (a checker that cannot fail is
+// not a check); nothing outside this package's tests can set them (see export_test.go).
+type mutations uint16
+
+const (
+	// mutNoSafetyMargin: the holder counts its lease valid until send + lease, ignoring the margin
+	// that absorbs clock-rate differences.
+	mutNoSafetyMargin mutations = 1 << iota
+	// mutFenceFromReceive: the holder counts its lease from when a grant or renewal came back
+	// instead of from when it was sent.
+	mutFenceFromReceive
+	// mutObserveFromSend: a contender counts its observation of a record from when its read was
+	// sent instead of from when it was received.
+	mutObserveFromSend
+	// mutUnknownRenewalApplied: a renewal whose outcome is unknown counts as applied, unsettled.
+	mutUnknownRenewalApplied
+	// mutZeroWaitAnyIdentity: zero-wait restart is used without WithZeroWaitRestart, so a second
+	// live process with the same identity takes the lock at once.
+	mutZeroWaitAnyIdentity
+	// mutRevokedIsFree: a revoked grant counts as free at once, before its holder can know.
+	mutRevokedIsFree
+	// mutOwnLeaseOnly: a contender waits out its own lease, not the longer one the holder promised.
+	mutOwnLeaseOnly
+	// mutPeerTimestampExpiry: expiry is judged from the holder's wall-clock timestamp in the
+	// record instead of by observation on the contender's own clock.
+	mutPeerTimestampExpiry
+	// mutTokenNotBumped: a grant keeps the previous grant's token.
+	mutTokenNotBumped
+)
+
+func (m mutations) has(x mutations) bool { return m&x != 0 }

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,16 +27,26 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
 // Event reasons of the DistributedLock reconciler.
 const (
-	ReasonHolderChanged     = "HolderChanged"
-	ReasonRevoked           = "Revoked"
+	ReasonHolderChanged = "HolderChanged"
+	// ReasonRevoked: a grant named by baton.dev/revoke was revoked.
+	ReasonRevoked = "Revoked"
+	// ReasonRevokeBound: a bare lock ID in baton.dev/revoke was bound to the current grant's token.
+	ReasonRevokeBound = "RevokeBound"
+	// ReasonRevokeGone: the grant named by baton.dev/revoke had already ended; nothing was revoked.
+	ReasonRevokeGone = "RevokeTargetGone"
+	// ReasonRevokeFailed: an entry of baton.dev/revoke is invalid or names nothing to revoke.
 	ReasonRevokeFailed      = "RevokeFailed"
 	ReasonRolloutWouldStall = "RolloutWouldStall"
 	ReasonStoreUnreachable  = "StoreUnreachable"
 	ReasonScopeNotAllowed   = "ScopeNotAllowed"
+	// ReasonClusterMismatch: the contact points reach another Cassandra cluster than the one the
+	// lock lives on (status.cassandraClusterName); the operator neither reads nor revokes there.
+	ReasonClusterMismatch = "ClusterMismatch"
 )
 
 // DefaultStatusInterval is how often the reconciler re-reads the lock store when nothing in
@@ -57,7 +66,9 @@ type StoreSource interface {
 
 // DistributedLockReconciler keeps DistributedLock status in line with the lock store: holders,
 // tokens, queue lengths and the Ready, StoreReachable and RolloutSafe conditions. It emits
-// HolderChanged Events and carries out the baton.dev/revoke annotation.
+// HolderChanged Events and carries out the baton.dev/revoke annotation (see revoke). At its first
+// successful read it records the Cassandra cluster the lock lives on (status.cassandraClusterName)
+// and from then on neither reads nor revokes on any other cluster.
 type DistributedLockReconciler struct {
 	Client   client.Client
 	Stores   StoreSource
@@ -156,20 +167,39 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	store, err := r.Stores.Store(storeCtx, dl)
 	var snapshots map[string]lock.Status
 	if err == nil {
+		// Nothing is read, let alone revoked, on a cluster the lock does not live on.
+		err = r.checkCluster(dl, store)
+	}
+	if err == nil {
 		snapshots, err = r.inspect(storeCtx, dl, store)
 	}
 	if err != nil {
-		log.Info("lock store unreachable", "err", err.Error())
 		r.Metrics.unreachable(dl)
 		msg := err.Error()
-		r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionFalse, ReasonStoreUnreachable, msg)
-		r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, ReasonStoreUnreachable,
-			"the lock store could not be read; status.locks shows the last state seen")
-		if meta.IsStatusConditionTrue(orig.Status.Conditions, batonv1.ConditionStoreReachable) {
-			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonStoreUnreachable, "ReadLockStore", "%s", msg)
+		reason, ready := ReasonStoreUnreachable, "the lock store could not be read; status.locks shows the last state seen"
+		was := meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionStoreReachable)
+		announce := was != nil && was.Status == metav1.ConditionTrue
+		if errors.Is(err, cassandrastore.ErrClusterMismatch) {
+			reason, ready = ReasonClusterMismatch, "the contact points reach another Cassandra cluster than the one this lock lives on; status.locks shows the last state seen on it"
+			announce = was == nil || was.Reason != ReasonClusterMismatch
+			log.Info("lock store is another Cassandra cluster; not reading it", "err", msg)
+		} else {
+			log.Info("lock store unreachable", "err", msg)
+		}
+		r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionFalse, reason, msg)
+		r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, reason, ready)
+		if announce {
+			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, reason, "ReadLockStore", "%s", msg)
 		}
 		st.ObservedGeneration = dl.Generation
 		return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{RequeueAfter: r.interval()})
+	}
+	if st.CassandraClusterName == "" {
+		// The first successful read: from now on this lock lives on this cluster.
+		if name := clusterName(store); name != "" {
+			st.CassandraClusterName = name
+			log.Info("recorded the Cassandra cluster of the lock", "cluster", name)
+		}
 	}
 
 	st.Locks = LockStatuses(dl, snapshots, prev)
@@ -183,7 +213,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonHolderChanged, "Acquire",
 			"lock %s: %s -> %s (token %d)", c.LockID, from, c.NewHolder, c.NewToken)
 	}
-	revoked, revokeErr := r.revoke(storeCtx, dl, store, snapshots)
+	revocation := r.revoke(storeCtx, dl, store, snapshots)
 
 	r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionTrue, "Read",
 		fmt.Sprintf("read %d lock(s) from the lock store", len(dl.Spec.LockIDs)))
@@ -193,15 +223,42 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.patchStatus(ctx, orig, dl); err != nil {
 		return statusWritten(err, ctrl.Result{})
 	}
-	if revokeErr != nil {
-		return ctrl.Result{}, revokeErr
-	}
-	// Only now that the revocation is recorded: a reconcile woken by this change then reads a
-	// copy that holds the record.
-	if err := r.removeRevokeAnnotation(ctx, dl, revoked); err != nil {
+	// Only now that the revocations are recorded: a reconcile woken by this change then reads a
+	// copy that holds the records, and acts on the entries bound here.
+	edited, err := r.bindRevocations(ctx, dl, revocation)
+	switch {
+	case err != nil:
 		return ctrl.Result{}, err
+	case revocation.failed != nil:
+		return ctrl.Result{}, revocation.failed
+	case edited:
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.interval()}, nil
+}
+
+// clusterNamer is a lock store that knows which Cassandra cluster it reached
+// (*cassandrastore.Store).
+type clusterNamer interface{ ClusterName() string }
+
+func clusterName(store lock.Store) string {
+	if c, ok := store.(clusterNamer); ok {
+		return c.ClusterName()
+	}
+	return ""
+}
+
+// checkCluster refuses a store on another Cassandra cluster than the one dl lives on
+// (status.cassandraClusterName); stores that cannot tell their cluster are not checked.
+func (r *DistributedLockReconciler) checkCluster(dl *batonv1.DistributedLock, store lock.Store) error {
+	want, got := dl.Status.CassandraClusterName, clusterName(store)
+	if want == "" || got == "" || want == got {
+		return nil
+	}
+	return fmt.Errorf("%w: DistributedLock %s/%s lives on Cassandra cluster %q (status.cassandraClusterName), but its contact points %v reach cluster %q, "+
+		"so the operator neither reads nor revokes there and new pods' sidecars refuse to start: point spec.cassandra.contactPoints "+
+		"(or the operator's --cassandra-hosts) back at nodes of cluster %q; to move the lock to another cluster, create a new DistributedLock",
+		cassandrastore.ErrClusterMismatch, dl.Namespace, dl.Name, want, r.Config.StoreConnection(dl).ContactPoints, got, want)
 }
 
 // inspect reads every lock of dl, keyed by the declared lock ID.
@@ -215,88 +272,6 @@ func (r *DistributedLockReconciler) inspect(ctx context.Context, dl *batonv1.Dis
 		out[id] = s
 	}
 	return out, nil
-}
-
-// revoke carries out the baton.dev/revoke annotation: it revokes the grant of each named lock it
-// saw in snapshots, by that grant's token, and records it in dl's status. It returns the
-// annotation's value once every ID was dealt with, for removeRevokeAnnotation; a store error
-// keeps the annotation for the retry.
-func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.DistributedLock, store lock.Store, snapshots map[string]lock.Status) (string, error) {
-	value, ok := dl.Annotations[batonv1.AnnotationRevoke]
-	if !ok {
-		return "", nil
-	}
-	var failed error
-	for _, id := range strings.Split(value, ",") {
-		id = strings.TrimSpace(id)
-		if id == "" {
-			continue
-		}
-		snap, declared := snapshots[id]
-		if !declared {
-			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRevokeFailed, "Revoke",
-				"%s names lock %q, which is not in spec.lockIds %v; nothing revoked", batonv1.AnnotationRevoke, id, dl.Spec.LockIDs)
-			continue
-		}
-		if !snap.Record.Held() {
-			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRevokeFailed, "Revoke",
-				"lock %s is not held (token %d); nothing revoked", id, snap.Record.Token)
-			continue
-		}
-		ns, name := batonv1.PodOfOwner(snap.Record.Owner)
-		holder := name
-		if ns != "" {
-			holder = ns + "/" + name
-		}
-		token := snap.Record.Token
-		err := lock.Revoke(ctx, store, batonv1.StoreLockID(dl.Spec.Scope, dl.Namespace, id), token)
-		switch {
-		case errors.Is(err, lock.ErrNotHolder):
-			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRevokeFailed, "Revoke",
-				"lock %s changed hands before it could be revoked (%v); nothing revoked: annotate again to revoke the new holder", id, err)
-			continue
-		case err != nil:
-			failed = errors.Join(failed, fmt.Errorf("revoking lock %s token %d: %w", id, token, err))
-			continue
-		}
-		for i := range dl.Status.Locks {
-			if dl.Status.Locks[i].LockID == id {
-				dl.Status.Locks[i].LastRevocation = &batonv1.Revocation{Token: token, Holder: holder, Time: metav1.NewTime(r.now())}
-			}
-		}
-		r.Metrics.revoked(dl, id)
-		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRevoked, "Revoke",
-			"lock %s: revoked %s's grant (token %d); it stops claiming the lock at its next renewal, and the next waiter is granted one lease later", id, holder, token)
-		r.Log.Info("revoked", "distributedlock", client.ObjectKeyFromObject(dl), "lock", id, "holder", holder, "token", token)
-	}
-	if failed != nil {
-		return "", failed
-	}
-	return value, nil
-}
-
-// removeRevokeAnnotation removes the baton.dev/revoke annotation if it still says value (the
-// request carried out); a changed annotation is left for the next reconcile.
-func (r *DistributedLockReconciler) removeRevokeAnnotation(ctx context.Context, dl *batonv1.DistributedLock, value string) error {
-	if value == "" {
-		return nil
-	}
-	path := "/metadata/annotations/" + jsonPointerEscape(batonv1.AnnotationRevoke)
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": path, "value": value},
-		{"op": "remove", "path": path},
-	})
-	if err != nil {
-		return err
-	}
-	if err := r.Client.Patch(ctx, dl.DeepCopy(), client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing annotation %s: %w", batonv1.AnnotationRevoke, err)
-	}
-	return nil
-}
-
-func jsonPointerEscape(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // rolloutSafety sets RolloutSafe from the Deployments and StatefulSets that use dl, with a

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -196,7 +197,9 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	waitEvent(t, env, ns, "orders", controllers.ReasonHolderChanged, fmt.Sprintf(" -> %s/web-b (token %d)", ns, second))
 
 	// The same state as Prometheus metrics.
-	metric := fmt.Sprintf(`baton_distributedlock_token{distributedlock="orders",lock="orders",namespace=%q} %d`, ns, second)
+	// (Prometheus writes a gauge as a float: large tokens come out in exponent form.)
+	metric := fmt.Sprintf(`baton_distributedlock_token{distributedlock="orders",lock="orders",namespace=%q} %s`, ns,
+		strconv.FormatFloat(float64(second), 'g', -1, 64))
 	testenv.WaitFor(t, "metric "+metric, 10*time.Second, func() bool {
 		resp, err := http.Get("http://" + env.MetricsAddr + "/metrics")
 		if err != nil {
@@ -234,6 +237,24 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 		return s.Holder == "web-b" && s.Token > second
 	})
 	t.Logf("tokens: web-a %d, web-b %d, revoked, web-b again %d", first, second, st.Token)
+
+	// A revocation names one grant: web-a's long-ended token revokes nothing, and the current
+	// holder keeps its grant.
+	third := st.Token
+	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"orders=%d"}}}`, batonv1.AnnotationRevoke, first)
+	if err := env.Client.Patch(context.Background(), got, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, env, ns, "orders", controllers.ReasonRevokeGone, fmt.Sprintf("the grant with token %d already ended (the lock is at token %d, held by %s/web-b)", first, third, ns))
+	testenv.WaitFor(t, "the stale annotation removed", 10*time.Second, func() bool {
+		cur := &batonv1.DistributedLock{}
+		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(dl), cur)
+		_, still := cur.Annotations[batonv1.AnnotationRevoke]
+		return err == nil && !still
+	})
+	if l, err := b.Client.Lock(context.Background(), "orders"); err != nil || l.State != api.StateHeld || l.Token != third {
+		t.Errorf("web-b's grant after a stale revocation: %+v, %v; want held with token %d", l, err, third)
+	}
 }
 
 func TestRolloutSafeCondition(t *testing.T) {

@@ -57,6 +57,8 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	// MaxLocks is the most lock IDs one pod may declare.
 	MaxLocks = 16
+	// maxClusterName bounds --cassandra-cluster-name, as the API bounds status.cassandraClusterName.
+	maxClusterName = 256
 )
 
 // lockIDPattern is what a declared lock ID may look like: it becomes part of a store key and a
@@ -94,6 +96,10 @@ type CassandraOptions struct {
 	TLSCertFile       string
 	TLSKeyFile        string
 	TLSServerName     string
+	// ClusterName, when set, is the cluster_name the Cassandra cluster must carry: the one the
+	// DistributedLock lives on (status.cassandraClusterName, injected by the webhook). The sidecar
+	// refuses to start on another cluster.
+	ClusterName string
 }
 
 // PodIdentity is the pod the sidecar runs in, from the downward API.
@@ -124,6 +130,7 @@ var fields = map[string]field{
 	"tls-cert":         {"cassandra-tls-cert", "BATON_CASSANDRA_TLS_CERT", "client certificate for Cassandra mutual TLS"},
 	"tls-key":          {"cassandra-tls-key", "BATON_CASSANDRA_TLS_KEY", "client key for Cassandra mutual TLS"},
 	"tls-server-name":  {"cassandra-tls-server-name", "BATON_CASSANDRA_TLS_SERVER_NAME", "name to verify in Cassandra's certificate"},
+	"cluster-name":     {"cassandra-cluster-name", "BATON_CASSANDRA_CLUSTER_NAME", "refuse to start unless Cassandra's cluster_name is this (empty: no check)"},
 	"pod-namespace":    {"pod-namespace", "POD_NAMESPACE", "namespace of this pod (downward API)"},
 	"pod-name":         {"pod-name", "POD_NAME", "name of this pod (downward API)"},
 	"pod-uid":          {"pod-uid", "POD_UID", "UID of this pod (downward API)"},
@@ -195,6 +202,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 			TLSCertFile:       get("tls-cert"),
 			TLSKeyFile:        get("tls-key"),
 			TLSServerName:     get("tls-server-name"),
+			ClusterName:       get("cluster-name"),
 		},
 		Pod:             PodIdentity{Namespace: get("pod-namespace"), Name: get("pod-name"), UID: get("pod-uid")},
 		SocketPath:      or(get("socket"), DefaultSocketPath),
@@ -273,6 +281,9 @@ func (o Options) Validate() error {
 		if c.LocalDC == "" {
 			bad("local-dc", "is empty but %s/%s are data-centre local: name the local data centre", c.Consistency, c.SerialConsistency)
 		}
+	}
+	if len(c.ClusterName) > maxClusterName || strings.ContainsAny(c.ClusterName, "\n\r\x00") {
+		bad("cluster-name", "is %q: give the cluster_name of the Cassandra cluster (one line, at most %d characters), or leave it empty", c.ClusterName, maxClusterName)
 	}
 	if (c.UsernameFile == "") != (c.PasswordFile == "") {
 		bad("password-file", "and %s must be given together", name("username-file"))

@@ -49,6 +49,23 @@ func TestParseOptionsDefaults(t *testing.T) {
 	}
 }
 
+// TestClusterNameOption: the cluster the lock lives on comes from the webhook's environment or a
+// flag; without it the sidecar checks no cluster name.
+func TestClusterNameOption(t *testing.T) {
+	o, err := ParseOptions(nil, env(nil))
+	if err != nil || o.Cassandra.ClusterName != "" {
+		t.Fatalf("default: %q, %v; want no cluster check", o.Cassandra.ClusterName, err)
+	}
+	o, err = ParseOptions(nil, env(map[string]string{"BATON_CASSANDRA_CLUSTER_NAME": " Prod Cluster 1 "}))
+	if err != nil || o.Cassandra.ClusterName != "Prod Cluster 1" {
+		t.Fatalf("from the environment: %q, %v", o.Cassandra.ClusterName, err)
+	}
+	o, err = ParseOptions([]string{"--cassandra-cluster-name", "eu"}, env(map[string]string{"BATON_CASSANDRA_CLUSTER_NAME": "us"}))
+	if err != nil || o.Cassandra.ClusterName != "eu" {
+		t.Fatalf("the flag should win: %q, %v", o.Cassandra.ClusterName, err)
+	}
+}
+
 func TestParseOptionsFlagsWin(t *testing.T) {
 	o, err := ParseOptions([]string{"--mode=Try", "--lease", "5s", "--locks", "x"}, env(map[string]string{"BATON_MODE": "Blocking"}))
 	if err != nil {
@@ -89,6 +106,8 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"no pod", nil, map[string]string{"POD_NAME": "", "POD_UID": ""}, []string{"--pod-name (POD_NAME) is empty", "--pod-uid (POD_UID) is empty", "downward API"}},
 		{"bad pod name", nil, map[string]string{"POD_NAME": "a/b"}, []string{"must not contain"}},
 		{"relative socket", []string{"--socket=baton.sock"}, nil, []string{"absolute path"}},
+		{"multi-line cluster name", nil, map[string]string{"BATON_CASSANDRA_CLUSTER_NAME": "prod\nother"}, []string{"--cassandra-cluster-name (BATON_CASSANDRA_CLUSTER_NAME)", "one line"}},
+		{"long cluster name", []string{"--cassandra-cluster-name=" + strings.Repeat("c", 257)}, nil, []string{"at most 256"}},
 		{"unknown flag", []string{"--colour"}, nil, []string{"flag provided but not defined", "-h"}},
 		{"stray argument", []string{"run"}, nil, []string{`unexpected argument "run"`}},
 	} {

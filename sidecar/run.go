@@ -38,9 +38,18 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	cons, _ := gocql.ParseConsistencyWrapper(opts.Cassandra.Consistency)
 	serial, _ := gocql.ParseConsistencyWrapper(opts.Cassandra.SerialConsistency)
 	store, err := openStore(ctx, session, log, cassandrastore.WithKeyspace(opts.Cassandra.Keyspace),
-		cassandrastore.WithConsistency(cons), cassandrastore.WithSerialConsistency(serial))
+		cassandrastore.WithConsistency(cons), cassandrastore.WithSerialConsistency(serial),
+		cassandrastore.WithClusterName(opts.Cassandra.ClusterName))
 	if err != nil {
 		return err
+	}
+	if opts.Cassandra.ClusterName == "" {
+		// The pod was admitted before the operator recorded the lock's cluster (status.cassandraClusterName):
+		// in practice only in the first moments after the DistributedLock was created.
+		log.Info("connected to the lock store without a cluster check: the DistributedLock had no recorded Cassandra cluster when this pod was admitted",
+			"cluster", store.ClusterName())
+	} else {
+		log.Info("connected to the lock store", "cluster", store.ClusterName())
 	}
 	metrics := NewMetrics()
 	holder, err := NewInstrumentedHolder(opts, store, log.WithName("holder"), metrics)
@@ -127,13 +136,21 @@ func connect(ctx context.Context, cc *gocql.ClusterConfig, log logr.Logger) (*go
 
 // openStore opens the lock store, waiting with backoff while the keyspace lacks baton's schema:
 // the operator creates it when it first reads the DistributedLock, which may be moments after the
-// first pod starts. Other errors (bad options, a newer schema) end the sidecar at once.
+// first pod starts. Other errors end the sidecar at once, so that the pod's restarts and the
+// container's last words say what is wrong: bad options, a newer schema, a Cassandra version
+// unsafe for a lock (cassandrastore.ErrUnsafeServer), or another cluster than the one the lock
+// lives on (cassandrastore.ErrClusterMismatch).
 func openStore(ctx context.Context, session *gocql.Session, log logr.Logger, opts ...cassandrastore.Option) (*cassandrastore.Store, error) {
 	store, err := retry(ctx, log, "waiting for the lock schema (the baton operator creates it)",
 		func() (*cassandrastore.Store, error) { return cassandrastore.New(ctx, session, opts...) },
 		func(err error) bool { return errors.Is(err, cassandrastore.ErrSchemaMissing) })
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("sidecar: %w", err)
+	case errors.Is(err, cassandrastore.ErrClusterMismatch):
+		return nil, fmt.Errorf("sidecar: refusing to start: the contact points do not reach the cluster %s names: %w", name("cluster-name"), err)
+	case errors.Is(err, cassandrastore.ErrUnsafeServer):
+		return nil, fmt.Errorf("sidecar: refusing to start: %w", err)
 	}
 	return store, err
 }

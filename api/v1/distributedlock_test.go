@@ -489,3 +489,143 @@ func TestKubectlGet(t *testing.T) {
 		}
 	}
 }
+
+// TestWhereALockLivesIsImmutable: scope, cassandra.keyspace and cassandra.serialConsistency choose
+// the owner record (and the Paxos domain) of a lock, so the API server refuses to change them, or
+// to set or unset them, on an existing DistributedLock; other fields, contact points included, may
+// change. LOCAL_SERIAL is refused with scope Global.
+func TestWhereALockLivesIsImmutable(t *testing.T) {
+	c, ns := newClient(t)
+	ctx := context.Background()
+	cass := func(mutate func(*batonv1.CassandraConnection)) *batonv1.CassandraConnection {
+		cc := &batonv1.CassandraConnection{LocalDC: "dc1"}
+		mutate(cc)
+		return cc
+	}
+	const recreate = "create a new DistributedLock instead"
+	tests := []struct {
+		name    string
+		before  func(*batonv1.DistributedLockSpec)
+		after   func(*batonv1.DistributedLockSpec)
+		wantErr string // "" means the update is allowed
+	}{
+		{"scope Namespace to Global", func(*batonv1.DistributedLockSpec) {}, func(s *batonv1.DistributedLockSpec) { s.Scope = batonv1.ScopeGlobal },
+			"spec.scope is immutable"},
+		{"scope Global to Namespace", func(s *batonv1.DistributedLockSpec) { s.Scope = batonv1.ScopeGlobal },
+			func(s *batonv1.DistributedLockSpec) { s.Scope = batonv1.ScopeNamespace }, "spec.scope is immutable"},
+		{"scope Namespace written out", func(*batonv1.DistributedLockSpec) {}, func(s *batonv1.DistributedLockSpec) { s.Scope = batonv1.ScopeNamespace }, ""},
+		{"keyspace changed", func(s *batonv1.DistributedLockSpec) {
+			s.Cassandra = cass(func(c *batonv1.CassandraConnection) { c.Keyspace = "locks_a" })
+		},
+			func(s *batonv1.DistributedLockSpec) { s.Cassandra.Keyspace = "locks_b" }, "spec.cassandra.keyspace cannot be changed"},
+		{"keyspace set", func(*batonv1.DistributedLockSpec) {},
+			func(s *batonv1.DistributedLockSpec) { s.Cassandra = &batonv1.CassandraConnection{Keyspace: "locks_b"} }, "spec.cassandra.keyspace cannot be changed, set or unset"},
+		{"keyspace set beside other fields", func(s *batonv1.DistributedLockSpec) { s.Cassandra = cass(func(*batonv1.CassandraConnection) {}) },
+			func(s *batonv1.DistributedLockSpec) { s.Cassandra.Keyspace = "baton" }, "spec.cassandra.keyspace"},
+		{"keyspace unset", func(s *batonv1.DistributedLockSpec) {
+			s.Cassandra = cass(func(c *batonv1.CassandraConnection) { c.Keyspace = "locks_a" })
+		},
+			func(s *batonv1.DistributedLockSpec) { s.Cassandra.Keyspace = "" }, "spec.cassandra.keyspace"},
+		{"cassandra override removed with its keyspace", func(s *batonv1.DistributedLockSpec) { s.Cassandra = &batonv1.CassandraConnection{Keyspace: "locks_a"} },
+			func(s *batonv1.DistributedLockSpec) { s.Cassandra = nil }, "spec.cassandra.keyspace"},
+		{"serialConsistency changed", func(s *batonv1.DistributedLockSpec) {
+			s.Cassandra = cass(func(c *batonv1.CassandraConnection) { c.SerialConsistency = batonv1.SerialConsistencySerial })
+		}, func(s *batonv1.DistributedLockSpec) {
+			s.Cassandra.SerialConsistency = batonv1.SerialConsistencyLocalSerial
+		}, "spec.cassandra.serialConsistency cannot be changed"},
+		{"serialConsistency set", func(s *batonv1.DistributedLockSpec) { s.Cassandra = cass(func(*batonv1.CassandraConnection) {}) },
+			func(s *batonv1.DistributedLockSpec) { s.Cassandra.SerialConsistency = batonv1.SerialConsistencySerial }, "spec.cassandra.serialConsistency"},
+		{"serialConsistency unset", func(s *batonv1.DistributedLockSpec) {
+			s.Cassandra = cass(func(c *batonv1.CassandraConnection) { c.SerialConsistency = batonv1.SerialConsistencyLocalSerial })
+		}, func(s *batonv1.DistributedLockSpec) { s.Cassandra.SerialConsistency = "" }, "spec.cassandra.serialConsistency"},
+		{"contact points replaced", func(s *batonv1.DistributedLockSpec) {
+			s.Cassandra = cass(func(c *batonv1.CassandraConnection) { c.ContactPoints = []string{"cass-0"}; c.Keyspace = "locks_a" })
+		}, func(s *batonv1.DistributedLockSpec) { s.Cassandra.ContactPoints = []string{"cass-3", "cass-4:9042"} }, ""},
+		{"contact points added", func(*batonv1.DistributedLockSpec) {},
+			func(s *batonv1.DistributedLockSpec) {
+				s.Cassandra = &batonv1.CassandraConnection{ContactPoints: []string{"cass-0"}}
+			}, ""},
+		{"mode, lease and consistency changed", func(s *batonv1.DistributedLockSpec) { s.Cassandra = cass(func(*batonv1.CassandraConnection) {}) },
+			func(s *batonv1.DistributedLockSpec) {
+				s.Mode, s.LeaseDuration, s.Cassandra.Consistency = batonv1.ModeTry, lease(time.Minute), batonv1.ConsistencyLocalQuorum
+			}, ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := batonv1.DistributedLockSpec{LockIDs: []string{"jobs"}}
+			tt.before(&spec)
+			dl := newLock(ns, fmt.Sprintf("move-%d", i), spec)
+			if err := c.Create(ctx, dl); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			tt.after(&dl.Spec)
+			err := c.Update(ctx, dl)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("allowed change rejected: %v", err)
+			case tt.wantErr == "":
+				return
+			case err == nil:
+				t.Fatalf("change accepted, want an error containing %q", tt.wantErr)
+			case !apierrors.IsInvalid(err):
+				t.Fatalf("error is %v (reason %q), want Invalid", err, apierrors.ReasonForError(err))
+			case !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), recreate):
+				t.Fatalf("error %q\ndoes not contain %q and %q", err, tt.wantErr, recreate)
+			}
+			t.Logf("rejected: %v", err)
+		})
+	}
+
+	// LOCAL_SERIAL would make a Global lock exclusive only within one data center.
+	global := batonv1.DistributedLockSpec{LockIDs: []string{"jobs"}, Scope: batonv1.ScopeGlobal,
+		Cassandra: &batonv1.CassandraConnection{LocalDC: "dc1", SerialConsistency: batonv1.SerialConsistencyLocalSerial}}
+	err := c.Create(ctx, newLock(ns, "global-local-serial", global))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "serialConsistency LOCAL_SERIAL cannot be used with scope Global") {
+		t.Errorf("Global with LOCAL_SERIAL: got %v, want Invalid naming the combination", err)
+	}
+	global.Cassandra.SerialConsistency = batonv1.SerialConsistencySerial
+	if err := c.Create(ctx, newLock(ns, "global-serial", global)); err != nil {
+		t.Errorf("Global with SERIAL rejected: %v", err)
+	}
+	namespaced := batonv1.DistributedLockSpec{LockIDs: []string{"jobs"},
+		Cassandra: &batonv1.CassandraConnection{LocalDC: "dc1", SerialConsistency: batonv1.SerialConsistencyLocalSerial}}
+	if err := c.Create(ctx, newLock(ns, "namespace-local-serial", namespaced)); err != nil {
+		t.Errorf("Namespace with LOCAL_SERIAL rejected: %v", err)
+	}
+}
+
+// TestClusterNameInStatus: the operator's record of the Cassandra cluster round-trips through the
+// status subresource, and the main resource cannot write it.
+func TestClusterNameInStatus(t *testing.T) {
+	c, ns := newClient(t)
+	ctx := context.Background()
+	dl := newLock(ns, "orders", batonv1.DistributedLockSpec{LockIDs: []string{"orders"}})
+	if err := c.Create(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	dl.Status.CassandraClusterName = "Prod Cluster (eu-west)"
+	if err := c.Status().Update(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	got := &batonv1.DistributedLock{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(dl), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.CassandraClusterName != "Prod Cluster (eu-west)" {
+		t.Fatalf("status.cassandraClusterName %q", got.Status.CassandraClusterName)
+	}
+	got.Status.CassandraClusterName = "elsewhere"
+	if err := c.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(dl), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.CassandraClusterName != "Prod Cluster (eu-west)" {
+		t.Errorf("the main resource changed status.cassandraClusterName to %q", got.Status.CassandraClusterName)
+	}
+	got.Status.CassandraClusterName = strings.Repeat("c", 257)
+	if err := c.Status().Update(ctx, got); !apierrors.IsInvalid(err) {
+		t.Errorf("a 257-character cluster name: %v, want Invalid", err)
+	}
+}

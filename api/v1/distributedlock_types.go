@@ -89,11 +89,15 @@ const (
 	SerialConsistencyLocalSerial SerialConsistency = "LOCAL_SERIAL"
 )
 
-// AnnotationRevoke on a DistributedLock asks the operator to revoke the current grant of the
-// comma-separated lock IDs in its value. The operator revokes each grant by its fencing token (so
-// it can never hit a later holder), records it in status.locks[].lastRevocation and an Event, and
-// removes the annotation. The revoked holder stops claiming the lock at its next renewal; the next
-// waiter is granted one lease later.
+// AnnotationRevoke on a DistributedLock asks the operator to revoke grants. Its value is a
+// comma-separated list of entries, each "<lockId>=<token>" (revoke exactly the grant with that
+// fencing token) or a bare "<lockId>" (the grant current when the operator reads it). The operator
+// first binds every bare entry to the current holder's token by rewriting the annotation (so a
+// revocation can never move on to the next, innocent holder), then revokes only bound entries:
+// each by a conditional write that applies only while that token is the current grant. It
+// records each revocation in status.locks[].lastRevocation and an Event, reports an entry whose
+// grant already ended as gone, and removes the entries it dealt with. The revoked holder stops
+// claiming the lock at its next renewal; the next waiter is granted one lease later.
 const AnnotationRevoke = "baton.dev/revoke"
 
 // Condition types in DistributedLockStatus.Conditions.
@@ -112,6 +116,18 @@ const (
 
 // DistributedLockSpec declares the locks a workload's pods hold and how they behave. Pods opt in
 // with the annotation baton.dev/lock: <name of this DistributedLock>.
+//
+// The fields that choose where a lock lives in the store (scope, cassandra.keyspace and
+// cassandra.serialConsistency) cannot change, nor be set or unset, once the DistributedLock exists:
+// pods started before and after such an edit would use two different owner records (or two Paxos
+// domains) and could both hold "the" lock. Contact points may change (nodes get replaced); the
+// operator and the sidecars then refuse a Cassandra cluster other than the one the lock lives on
+// (status.cassandraClusterName).
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.scope) ? self.scope : 'Namespace') == (has(oldSelf.scope) ? oldSelf.scope : 'Namespace')",message="spec.scope is immutable: it chooses which owner record holds the lock, and pods using the old and the new value would hold two different locks; create a new DistributedLock instead"
+// +kubebuilder:validation:XValidation:rule="has(self.cassandra) && has(self.cassandra.keyspace) ? (has(oldSelf.cassandra) && has(oldSelf.cassandra.keyspace) && self.cassandra.keyspace == oldSelf.cassandra.keyspace) : !(has(oldSelf.cassandra) && has(oldSelf.cassandra.keyspace))",message="spec.cassandra.keyspace cannot be changed, set or unset: it chooses where the lock lives, and pods using the old and the new keyspace would hold two different locks; create a new DistributedLock instead"
+// +kubebuilder:validation:XValidation:rule="has(self.cassandra) && has(self.cassandra.serialConsistency) ? (has(oldSelf.cassandra) && has(oldSelf.cassandra.serialConsistency) && self.cassandra.serialConsistency == oldSelf.cassandra.serialConsistency) : !(has(oldSelf.cassandra) && has(oldSelf.cassandra.serialConsistency))",message="spec.cassandra.serialConsistency cannot be changed, set or unset: SERIAL and LOCAL_SERIAL are different Paxos domains over the same lock, and pods using both could hold it at once; create a new DistributedLock instead"
+// +kubebuilder:validation:XValidation:rule="!(has(self.scope) && self.scope == 'Global' && has(self.cassandra) && has(self.cassandra.serialConsistency) && self.cassandra.serialConsistency == 'LOCAL_SERIAL')",message="serialConsistency LOCAL_SERIAL cannot be used with scope Global: a Global lock is shared across data centers and clusters, and LOCAL_SERIAL makes it exclusive only within one data center; use SERIAL"
 type DistributedLockSpec struct {
 	// lockIds are the IDs of the locks every pod using this DistributedLock holds, acquired in
 	// this order. 1 to 16 IDs, no repeats; each is 1 to 63 letters, digits, '.', '_' or '-',
@@ -315,7 +331,7 @@ type LockStatus struct {
 	Revoked bool `json:"revoked,omitempty"`
 
 	// lastRevocation records the last grant of this lock that the operator revoked because the
-	// DistributedLock was annotated baton.dev/revoke: <lockId>.
+	// DistributedLock was annotated baton.dev/revoke: <lockId>=<token> (or a bare <lockId>).
 	// +optional
 	LastRevocation *Revocation `json:"lastRevocation,omitempty"`
 
@@ -348,6 +364,15 @@ type DistributedLockStatus struct {
 	// observedGeneration is the metadata.generation of the spec this status was computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// cassandraClusterName is the cluster_name of the Cassandra cluster this lock lives on. The
+	// operator records it at its first successful read of the lock store and never changes it; it
+	// then refuses to read or revoke on another cluster (StoreReachable False, reason
+	// ClusterMismatch), and the webhook passes it to every new sidecar, which refuses another
+	// cluster at start. To move a lock to another cluster, create a new DistributedLock.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	CassandraClusterName string `json:"cassandraClusterName,omitempty"`
 
 	// locks holds one entry per lock ID in spec.lockIds.
 	// +optional

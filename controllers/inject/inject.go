@@ -245,6 +245,7 @@ type settings struct {
 	hosts               []string
 	keyspace, localDC   string
 	consistency, serial string
+	clusterName         string // status.cassandraClusterName: the cluster the lock lives on
 	secrets             []secretVolume
 	fileEnv             []corev1.EnvVar // BATON_CASSANDRA_*_FILE and TLS paths
 }
@@ -279,6 +280,11 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 		v("BATON_CASSANDRA_CONSISTENCY", s.consistency),
 		v("BATON_CASSANDRA_SERIAL_CONSISTENCY", s.serial),
 	)
+	if s.clusterName != "" {
+		// The sidecar refuses to start on any other cluster: edited contact points cannot move
+		// new pods to another cluster while old pods hold the lock on this one.
+		env = append(env, v("BATON_CASSANDRA_CLUSTER_NAME", s.clusterName))
+	}
 	env = append(env, s.fileEnv...)
 	return append(env,
 		field("POD_NAMESPACE", "metadata.namespace"),
@@ -312,6 +318,7 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 		localDC:     conn.LocalDC,
 		consistency: string(conn.Consistency),
 		serial:      string(conn.SerialConsistency),
+		clusterName: dl.Status.CassandraClusterName,
 	}
 	if dl.Name == "" {
 		p.add("metadata.name is empty")
@@ -407,6 +414,10 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 	}
 	if s.localDC == "" && (s.consistency == string(batonv1.ConsistencyLocalQuorum) || s.serial == string(batonv1.SerialConsistencyLocalSerial)) {
 		p.add("Cassandra consistency %s/%s is local to a data center: set spec.cassandra.localDC", s.consistency, s.serial)
+	}
+	if s.scope == batonv1.ScopeGlobal && s.serial == string(batonv1.SerialConsistencyLocalSerial) {
+		// The CRD refuses this in spec; here it may come from the operator's default.
+		p.add("serial consistency LOCAL_SERIAL with scope Global: a Global lock is shared across data centers and clusters, and LOCAL_SERIAL makes it exclusive only within one data center; set spec.cassandra.serialConsistency: SERIAL")
 	}
 	return s, p.err(func(msg string) error {
 		return fmt.Errorf("%w %s/%s: %s", ErrInvalidLock, dl.Namespace, dl.Name, msg)

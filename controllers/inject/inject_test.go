@@ -328,6 +328,10 @@ func TestSidecarEnvNamesAreKnown(t *testing.T) {
 // TestSidecarAcceptsInjectedEnv runs the sidecar's own option parsing on the injected
 // environment, with the downward API filled in and the Secret files created.
 func TestSidecarAcceptsInjectedEnv(t *testing.T) {
+	cases := map[string]testCase{}
+	for _, c := range loadCases(t) {
+		cases[c.name] = c
+	}
 	for name, p := range injected(t) {
 		dir := t.TempDir()
 		env := map[string]string{}
@@ -356,6 +360,10 @@ func TestSidecarAcceptsInjectedEnv(t *testing.T) {
 		}
 		if o.SocketPath != SocketPath || o.Pod.UID != "0c1d" {
 			t.Errorf("%s: sidecar options %+v", name, o)
+		}
+		// The cluster the operator recorded for the lock reaches the sidecar, which refuses any other.
+		if want := cases[name].dl.Status.CassandraClusterName; o.Cassandra.ClusterName != want {
+			t.Errorf("%s: sidecar cluster name %q, want the recorded %q", name, o.Cassandra.ClusterName, want)
 		}
 	}
 }

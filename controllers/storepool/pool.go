@@ -209,14 +209,20 @@ func (p *Pool) open(t Target) (*gocql.Session, lock.Store, error) {
 	// Connection setup has its own timeouts; the schema statements get a generous bound.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if p.ensureSchema {
+	opts := []cassandrastore.Option{cassandrastore.WithKeyspace(t.Keyspace),
+		cassandrastore.WithConsistency(conn.Consistency), cassandrastore.WithSerialConsistency(conn.SerialConsistency)}
+	// New checks the server before the schema: nothing is created on a Cassandra whose
+	// lightweight transactions are unsafe for a lock (or that cannot be read at all).
+	store, err := cassandrastore.New(ctx, session, opts...)
+	if p.ensureSchema && (err == nil || errors.Is(err, cassandrastore.ErrSchema)) {
 		if err := cassandrastore.EnsureSchema(ctx, session, t.Keyspace, p.replication); err != nil {
 			// Without CREATE permission the schema may still exist; New says if it does not.
 			p.log.Error(err, "ensuring the lock schema", "target", t.String())
 		}
+		if err != nil {
+			store, err = cassandrastore.New(ctx, session, opts...)
+		}
 	}
-	store, err := cassandrastore.New(ctx, session, cassandrastore.WithKeyspace(t.Keyspace),
-		cassandrastore.WithConsistency(conn.Consistency), cassandrastore.WithSerialConsistency(conn.SerialConsistency))
 	if err != nil {
 		cassandrastore.CloseSession(session, closeTimeout)
 		return nil, nil, fmt.Errorf("%s: %w", t, err)

@@ -202,8 +202,39 @@ func TestHandleConfirmsMissingLockLive(t *testing.T) {
 		t.Errorf("missing everywhere: allowed=%v result=%+v", resp.Allowed, resp.Result)
 	}
 	cache.lock = lockIn("shop", "orders", "orders")
+	cache.lock.Status.CassandraClusterName = "prod"
 	p.Handle(context.Background(), request(t, admissionv1.Create, "shop", annotatedPod("w", "orders")))
 	if len(live.gets) != 2 {
-		t.Errorf("the live reader was asked although the cache had the lock: %v", live.gets)
+		t.Errorf("the live reader was asked although the cache had the lock and its cluster: %v", live.gets)
+	}
+}
+
+// The Cassandra cluster the operator recorded for the lock reaches the sidecar; a cached lock
+// without one (its first status may not be cached yet) is read live once more.
+func TestHandleInjectsRecordedCluster(t *testing.T) {
+	cached, recorded := lockIn("shop", "orders", "orders"), lockIn("shop", "orders", "orders")
+	recorded.Status.CassandraClusterName = "prod-eu"
+	cache, live := &reader{lock: cached}, &reader{lock: recorded}
+	p, err := webhook.NewPodInjector(cache, testConfig(), webhook.WithLiveReader(live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := p.Handle(context.Background(), request(t, admissionv1.Create, "shop", annotatedPod("w", "orders")))
+	if !resp.Allowed || len(live.gets) != 1 {
+		t.Fatalf("allowed=%v live gets=%v", resp.Allowed, live.gets)
+	}
+	raw, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"name":"BATON_CASSANDRA_CLUSTER_NAME","value":"prod-eu"`) {
+		t.Errorf("the sidecar does not get the recorded cluster:\n%s", raw)
+	}
+
+	// The live reader failing leaves the cached copy: the pod is still admitted, without a check.
+	live.err = errors.New("API server slow")
+	resp = p.Handle(context.Background(), request(t, admissionv1.Create, "shop", annotatedPod("w", "orders")))
+	if raw, _ := json.Marshal(resp.Patches); !resp.Allowed || strings.Contains(string(raw), "BATON_CASSANDRA_CLUSTER_NAME") {
+		t.Errorf("allowed=%v patches %s", resp.Allowed, raw)
 	}
 }

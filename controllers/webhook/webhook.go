@@ -101,8 +101,13 @@ func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	dl := &batonv1.DistributedLock{}
 	key := client.ObjectKey{Namespace: ns, Name: name}
 	err := p.client.Get(ctx, key, dl)
-	if apierrors.IsNotFound(err) && p.live != nil {
-		err = p.live.Get(ctx, key, dl)
+	if p.live != nil && (apierrors.IsNotFound(err) || (err == nil && dl.Status.CassandraClusterName == "")) {
+		// A lock created moments ago may not be cached yet, or its first status (which records
+		// the Cassandra cluster the sidecar must insist on) may not be: ask the API server.
+		fresh := &batonv1.DistributedLock{}
+		if liveErr := p.live.Get(ctx, key, fresh); liveErr == nil || apierrors.IsNotFound(err) {
+			dl, err = fresh, liveErr
+		}
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {

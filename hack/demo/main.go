@@ -83,30 +83,53 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	ctrl.SetLogger(log) // controller-runtime's package-level logger, as cmd/operator sets it
 	fmt.Fprintf(out, "baton demo: %d pods share one lock through the operator and its sidecars (logs: %s)\n\n", o.pods, logPath)
 
-	fmt.Fprintln(out, "setup: Cassandra 5.0 (installed from Maven Central on first use), or the one make cassandra-start runs")
+	// Everything is installed before anything starts, each step reporting whether it reused the
+	// cache and how long it took.
+	fmt.Fprintln(out, "setup: install Cassandra 5.0 (Maven Central), kube-apiserver, kube-controller-manager, etcd and kubectl (Go modules) into ~/.cache/baton unless cached")
 	node := localcassandra.Demo()
 	node.Progress = out
+	kube := localkube.Config{Progress: out}
+	if _, err := localcassandra.Install(ctx, node); err != nil {
+		return fmt.Errorf("Cassandra: %w", err)
+	}
+	if _, err := localkube.Install(ctx, kube); err != nil {
+		return err
+	}
+	kubectl, err := localkube.Kubectl(ctx, kube)
+	if err != nil {
+		return err
+	}
+	binDir, err := os.MkdirTemp("", "baton-demo")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(binDir)
+	sidecar := filepath.Join(binDir, "sidecar")
+	fmt.Fprintln(out, "setup: building the sidecar (go build prints nothing until it is done)...")
+	built := time.Now()
+	if err := devcluster.BuildSidecar(ctx, ".", sidecar); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "setup: sidecar built in %s\n", time.Since(built).Round(time.Second))
+
+	fmt.Fprintln(out, "setup: Cassandra 5.0, or the one make cassandra-start runs")
 	hosts, stopCassandra, err := localcassandra.RunningOrStart(ctx, node)
 	if err != nil {
 		return fmt.Errorf("Cassandra: %w", err)
 	}
 	defer stopCassandra()
 
-	fmt.Fprintln(out, "setup: control plane: kube-apiserver and etcd (built from Go modules into ~/.cache/baton on first use, about 12 minutes)")
+	fmt.Fprintln(out, "setup: control plane: kube-apiserver and etcd")
 	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	cfg, err := localkube.StartEnv(ctx, localkube.Config{Progress: out}, env)
+	cfg, err := localkube.StartEnv(ctx, kube, env)
 	if err != nil {
 		return err
 	}
 	defer env.Stop()
-	kubectl, err := localkube.Kubectl(ctx, localkube.Config{Progress: out})
-	if err != nil {
-		return err
-	}
 
 	fmt.Fprintln(out, "setup: operator (webhook with its own certificate, status reconciler, sidecar RBAC) and a node agent for the pods")
 	cl, err := devcluster.Start(ctx, devcluster.Options{
-		Server: cfg, RepoRoot: ".", CassandraHosts: hosts, Keyspace: "baton_demo", Log: log,
+		Server: cfg, RepoRoot: ".", CassandraHosts: hosts, Keyspace: "baton_demo", Log: log, SidecarBinary: sidecar,
 		OperatorArgs:  []string{"--status-interval=1s"},
 		SidecarOutput: nodeagent.PrefixLines(logFile, "sidecar "),
 	})
@@ -192,9 +215,11 @@ func (d *demo) script(ctx context.Context, o options) error {
 	}
 	crash := time.Since(t0)
 
-	fmt.Fprintf(d.out, "\n3. revoke %s's grant: kubectl annotate distributedlock %s %s=%s\n", third.Holder, lockName, batonv1.AnnotationRevoke, lockName)
+	// The revocation names the grant by its token, so it can only ever hit that grant.
+	revoke := fmt.Sprintf("%s=%s=%d", batonv1.AnnotationRevoke, lockName, third.Token)
+	fmt.Fprintf(d.out, "\n3. revoke %s's grant: kubectl annotate distributedlock %s %s\n", third.Holder, lockName, revoke)
 	t0 = time.Now()
-	d.kubectlRun(ctx, "annotate", "distributedlock", lockName, "-n", namespace, batonv1.AnnotationRevoke+"="+lockName)
+	d.kubectlRun(ctx, "annotate", "distributedlock", lockName, "-n", namespace, revoke)
 	fourth, err := d.waitFor(ctx, func(s batonv1.LockStatus) bool { return s.Token > third.Token })
 	if err != nil {
 		return err

@@ -9,4 +9,11 @@
 // is unknown comes back wrapped in lock.ErrUnknownOutcome and the lock settles it with a SERIAL
 // read. Queue entries live in table lock_queue and are plain writes with a TTL: they only order
 // waiters and age out when a waiter dies.
+//
+// New checks the server once before anything else: every node must run a Cassandra version whose
+// lightweight transactions are linearizable (3.0.24, 3.11.10, 4.0-beta4 or later: the fix of
+// CASSANDRA-12126, where a SERIAL read or a conditional write that did not apply could miss a Paxos
+// proposal in progress that committed later), and the answering node must not run a paxos_variant
+// that turns that fix off; otherwise ErrUnsafeServer. WithClusterName pins the cluster a lock lives
+// on (ErrClusterMismatch otherwise). Store.ClusterName tells which cluster was reached.
 package cassandrastore

@@ -33,13 +33,27 @@ type Store struct {
 	cons     gocql.Consistency
 	serial   gocql.Consistency
 
+	wantCluster string // WithClusterName
+	cluster     string // cluster_name of the cluster reached
+
 	qLoad, qInsert, qUpdate, qEnqueue, qDequeue, qQueue string
 }
 
 var _ lock.Store = (*Store)(nil)
 
-// New returns a Store on session after checking the options and that the keyspace holds a schema
-// this build understands (see EnsureSchema).
+// New returns a Store on session after checking the options, the server and the schema, in that
+// order:
+//   - every node (system.local and system.peers, read once) must run a Cassandra version whose
+//     lightweight transactions are linearizable (see MinSafeVersions), and the answering node
+//     must not run a paxos_variant without linearizable reads: otherwise ErrUnsafeServer, also
+//     for a version string that cannot be read as a version;
+//   - with WithClusterName, the cluster must carry that name: otherwise ErrClusterMismatch;
+//   - the keyspace must hold a schema this build understands (see EnsureSchema): otherwise
+//     ErrSchemaMissing or ErrSchema.
+//
+// The server is checked only here: nodes upgraded or replaced later are not re-checked, and a
+// server started with -Dcassandra.unsafe.disable-serial-reads-linearizability=true (Cassandra 3.0,
+// 3.11 and 4.0) cannot be detected from a client.
 func New(ctx context.Context, session *gocql.Session, opts ...Option) (*Store, error) {
 	if session == nil {
 		return nil, errors.New("cassandrastore: session is nil")
@@ -58,6 +72,9 @@ func New(ctx context.Context, session *gocql.Session, opts ...Option) (*Store, e
 	}
 	if s.serial != gocql.Serial && s.serial != gocql.LocalSerial {
 		return nil, fmt.Errorf("cassandrastore: serial consistency %v must be SERIAL or LOCAL_SERIAL", s.serial)
+	}
+	if err := s.checkServer(ctx); err != nil {
+		return nil, err
 	}
 	if err := checkSchema(ctx, session, s.keyspace, s.cons); err != nil {
 		return nil, err

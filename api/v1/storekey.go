@@ -24,7 +24,7 @@ func OwnerIdentity(namespace, name, uid string) string {
 
 // PodOfOwner returns the namespace and name of the pod in a lock owner string written by a
 // sidecar ("<namespace>/<name>/<uid>#<incarnation>"). Owners of other shapes (for example the
-// baton CLI's "host/<hostname>/<pid>#...") come back with their identity as the name.
+// baton CLI's "host/<hostname>/<pid>/<random>#...") come back with their identity as the name.
 func PodOfOwner(owner string) (namespace, name string) {
 	identity := owner
 	if i := strings.LastIndex(owner, "#"); i >= 0 {

@@ -43,17 +43,7 @@ func TestDirectRunIsExclusiveAndTokensGrow(t *testing.T) {
 	lockID := fmt.Sprintf("cli-exclusive-%d", time.Now().UnixNano())
 
 	// 1. The first run holds the lock until the test closes its stdin.
-	stdin, hold := io.Pipe()
-	first := start(t, &invocation{pid: 1001, stdin: stdin,
-		args: directArgs(t, lockID, "--wait", "0", "--", "sh", "-c", `echo "$BATON_TOKEN"; read x || true`)})
-	eventually(t, time.Minute, func() bool {
-		select {
-		case <-first.done:
-			t.Fatalf("first run exited %d: %s", first.code, first.stderr.String())
-		default:
-		}
-		return strings.HasSuffix(first.stdout.String(), "\n")
-	}, "the first run to hold the lock")
+	first, hold := holding(t, 1001, lockID)
 	tok1 := token(t, first)
 
 	// 2. A second run with --wait 0 gives up with 75 and names the holder.
@@ -95,21 +85,29 @@ func TestDirectRunIsExclusiveAndTokensGrow(t *testing.T) {
 	}
 }
 
+// holding starts a direct run as process pid that holds lockID until the returned closer is
+// closed, and returns once it holds the lock.
+func holding(t *testing.T, pid int, lockID string) (*invocation, io.Closer) {
+	t.Helper()
+	stdin, hold := io.Pipe()
+	inv := start(t, &invocation{pid: pid, stdin: stdin,
+		args: directArgs(t, lockID, "--wait", "0", "--", "sh", "-c", `echo "$BATON_TOKEN"; read x || true`)})
+	eventually(t, time.Minute, func() bool {
+		select {
+		case <-inv.done:
+			t.Fatalf("run of pid %d exited %d: %s", pid, inv.code, inv.stderr.String())
+		default:
+		}
+		return strings.HasSuffix(inv.stdout.String(), "\n")
+	}, "the run to hold the lock")
+	return inv, hold
+}
+
 // TestDirectRunSameHostAndPIDAreTwoOwners: two processes with one host name and PID (PID 1 in two
 // containers of one pod) are two owners: the second must not be granted the first one's lock.
 func TestDirectRunSameHostAndPIDAreTwoOwners(t *testing.T) {
 	lockID := fmt.Sprintf("cli-same-pid-%d", time.Now().UnixNano())
-	stdin, hold := io.Pipe()
-	first := start(t, &invocation{pid: 1, stdin: stdin,
-		args: directArgs(t, lockID, "--wait", "0", "--", "sh", "-c", `echo "$BATON_TOKEN"; read x || true`)})
-	eventually(t, time.Minute, func() bool {
-		select {
-		case <-first.done:
-			t.Fatalf("first run exited %d: %s", first.code, first.stderr.String())
-		default:
-		}
-		return strings.HasSuffix(first.stdout.String(), "\n")
-	}, "the first run to hold the lock")
+	first, hold := holding(t, 1, lockID)
 	second := runCLI(t, &invocation{pid: 1, args: directArgs(t, lockID, "--wait", "2s", "--", "sh", "-c", `echo "$BATON_TOKEN"`)})
 	if second.code != ExitTempFail || second.stdout.String() != "" {
 		t.Errorf("second process with the same host name and PID: exit %d, child output %q, want 75 and no child; stderr: %s",

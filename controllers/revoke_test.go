@@ -11,12 +11,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -160,22 +158,8 @@ func (c *failingRemoval) Patch(ctx context.Context, obj client.Object, patch cli
 
 func newClient(t *testing.T) (client.Client, string) {
 	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := batonv1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(kube.Config(t), client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "revoke-"}}
-	if err := c.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return c, ns.Name
+	c := kube.RuntimeClient(t, batonv1.AddToScheme)
+	return c, testenv.Namespace(t, c, "revoke-")
 }
 
 const testLease = 2 * time.Second

@@ -14,8 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"k8s.io/utils/clock"
-
+	"github.com/baton-dev/baton/internal/testclock"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 )
@@ -319,22 +318,12 @@ func TestDeepWaiterDoesNotRewriteEntryEveryPoll(t *testing.T) {
 	})
 }
 
-// aheadClock is Go's clock read ahead of its own timers by a settable amount: what a holder sees
-// when a timer fires late or its machine just resumed.
-type aheadClock struct {
-	clock.RealClock
-	ahead atomic.Int64
-}
-
-func (c *aheadClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.ahead.Load())) }
-func (c *aheadClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
-
 // TestLapsedLeaseIsNeverRevived: once the self-fence deadline has passed, the lease is invalid even
 // before its fence timer runs, and a renewal that comes back afterwards does not revive it.
 func TestLapsedLeaseIsNeverRevived(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
-		clk := &aheadClock{}
+		clk := &testclock.Ahead{}
 		l, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "a", Incarnation: "1"},
 			lock.WithLease(3*time.Second), lock.WithRenewInterval(time.Second), lock.WithClock(clk))
 		lease, err := l.Acquire(context.Background(), "x")
@@ -342,7 +331,7 @@ func TestLapsedLeaseIsNeverRevived(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer lease.Release(context.Background())
-		clk.ahead.Store(int64(3 * time.Second)) // past lease − margin since the grant was sent
+		clk.Set(3 * time.Second) // past lease − margin since the grant was sent
 		if lease.Valid() {
 			t.Fatalf("lease valid with %v left after its deadline", lease.Remaining())
 		}

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/utils/clock"
 
+	"github.com/baton-dev/baton/internal/testclock"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecar/api"
@@ -208,23 +207,13 @@ func TestHolderTryMode(t *testing.T) {
 	})
 }
 
-// aheadClock is Go's clock read ahead of its own timers by a settable amount: what a holder sees
-// when its fence timer fires late or its machine just resumed.
-type aheadClock struct {
-	clock.RealClock
-	ahead atomic.Int64
-}
-
-func (c *aheadClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.ahead.Load())) }
-func (c *aheadClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
-
 // TestHolderNeverReportsHeldPastDeadline: the API downgrades a lock at its self-fence deadline,
 // even before the lease's own loss notice has run.
 func TestHolderNeverReportsHeldPastDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		ctx := context.Background()
-		clk := &aheadClock{}
+		clk := &testclock.Ahead{}
 		client := mem.Client(1, memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 2 * time.Millisecond})
 		h, err := NewHolder(testOptions(t, "a", ModeBlocking, "orders"), client, logr.Discard(), lock.WithClock(clk))
 		if err != nil {
@@ -237,7 +226,7 @@ func TestHolderNeverReportsHeldPastDeadline(t *testing.T) {
 		if e := next(t, events); e.Type != api.EventAcquired {
 			t.Fatalf("%+v", e)
 		}
-		clk.ahead.Store(int64(3 * time.Second)) // the lease's deadline passed; its timer has not run
+		clk.Set(3 * time.Second) // the lease's deadline passed; its timer has not run
 		st, _ := h.Lock("orders")
 		if st.State == api.StateHeld || st.LeaseRemainingMs != 0 {
 			t.Fatalf("status past the self-fence deadline: %+v", st)

@@ -12,16 +12,13 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
@@ -44,22 +41,8 @@ func TestMain(m *testing.M) {
 // and a fresh namespace to work in.
 func newClient(t *testing.T) (client.Client, string) {
 	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := batonv1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(kube.Config(t), client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "dlock-"}}
-	if err := c.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return c, ns.Name
+	c := kube.RuntimeClient(t, batonv1.AddToScheme)
+	return c, testenv.Namespace(t, c, "dlock-")
 }
 
 func newLock(ns, name string, spec batonv1.DistributedLockSpec) *batonv1.DistributedLock {

@@ -7,8 +7,13 @@ import (
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/baton-dev/baton/internal/localkube"
@@ -86,4 +91,31 @@ func (k *Kube) Stop() {
 	if err := k.env.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "stopping kube-apiserver: %v\n", err)
 	}
+}
+
+// RuntimeClient returns a controller-runtime client for the control plane whose scheme holds the
+// built-in types and those that addToScheme add (for example batonv1.AddToScheme).
+func (k *Kube) RuntimeClient(t testing.TB, addToScheme ...func(*runtime.Scheme) error) client.Client {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, addToScheme...) {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(k.Config(t), client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Namespace creates a namespace named prefix plus a random suffix and returns its name.
+func Namespace(t testing.TB, c client.Client, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating a namespace %s...: %v", prefix, err)
+	}
+	return ns.Name
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
 // Exit codes of the baton CLI.
@@ -19,9 +21,16 @@ const (
 	ExitTempFail = 75 // EX_TEMPFAIL: run could not get the lock, or lost it while CMD ran
 )
 
-// DefaultSocketPath is where the sidecar serves its API when neither --socket nor BATON_SOCKET
-// says otherwise.
-const DefaultSocketPath = "/var/run/baton/baton.sock"
+// The environment run adds for CMD.
+const (
+	envToken = "BATON_TOKEN" // the fencing token of the grant CMD runs under
+	envLock  = "BATON_LOCK"  // the lock ID
+)
+
+// childEnv is the environment run adds for CMD holding lock id with token.
+func childEnv(id string, token int64) []string {
+	return []string{fmt.Sprintf("%s=%d", envToken, token), envLock + "=" + id}
+}
 
 // Defaults of the durations.
 const (
@@ -170,6 +179,9 @@ func signalNumber(s os.Signal) int {
 	return int(syscall.SIGTERM)
 }
 
+// socketUsage documents --socket in every command's usage.
+const socketUsage = "the sidecar's API socket (env " + sidecarcontract.EnvSocket + ", default " + sidecarcontract.SocketPath + ")"
+
 const topUsage = `baton: wait for, inspect and run commands under baton's distributed locks.
 
 Usage:
@@ -177,12 +189,13 @@ Usage:
   baton wait   [--socket PATH] [--lock ID] [--timeout 5m]
   baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
   baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
-               [--create-schema] [--grace 10s] -- CMD [ARGS...]
+               [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
   baton help [COMMAND]
 
 In a pod annotated with baton.dev/lock, status, wait and run talk to the baton sidecar over its
-unix socket (--socket, env BATON_SOCKET, default /var/run/baton/baton.sock). Outside Kubernetes,
-run takes the lock itself in Cassandra when given --cassandra-hosts (env BATON_CASSANDRA_HOSTS).
+unix socket (--socket, env ` + sidecarcontract.EnvSocket + `, default ` + sidecarcontract.SocketPath + `). Outside Kubernetes,
+run takes the lock itself in Cassandra when given --cassandra-hosts (env BATON_CASSANDRA_HOSTS);
+it reads the same Cassandra settings as the sidecar (see baton help run).
 
 Exit codes: 0 ok, 1 failure or wait timed out, 2 usage error, 75 run could not get or lost the
 lock; otherwise run exits with CMD's code (128+N if CMD was killed by signal N).
@@ -195,7 +208,7 @@ Prints the locks of this pod's sidecar: LOCK, STATE, TOKEN, HOLDER, POSITION (in
 waiting) and LEASE LEFT (while held).
 
 Flags:
-  --socket PATH   the sidecar's API socket (env BATON_SOCKET, default /var/run/baton/baton.sock)
+  --socket PATH   ` + socketUsage + `
   --json          print {"locks":[...]} as the API returns it
 `,
 	"wait": `Usage: baton wait [--socket PATH] [--lock ID] [--timeout 5m]
@@ -204,11 +217,18 @@ Blocks until the sidecar holds the lock (every declared lock without --lock) and
 per lock, e.g. "orders token 7". Exits 0 when held, 1 when --timeout passed first.
 
 Flags:
-  --socket PATH     the sidecar's API socket (env BATON_SOCKET, default /var/run/baton/baton.sock)
+  --socket PATH     ` + socketUsage + `
   --lock ID         the lock to wait for; may be repeated (default: every declared lock)
   --timeout DUR     how long to wait, e.g. 30s or 5m; 0 checks once (default 5m)
 `,
-	"run": `Usage: baton run [flags] -- CMD [ARGS...]
+	"run": runUsage(),
+}
+
+// runUsage is the usage of baton run; its Cassandra settings come from the sidecar's table, so
+// both document (and accept) the same flags, variables and defaults.
+func runUsage() string {
+	var b strings.Builder
+	b.WriteString(`Usage: baton run [flags] -- CMD [ARGS...]
 
 Runs CMD while holding a lock, with BATON_TOKEN=<fencing token> and BATON_LOCK=<lock ID> added to
 its environment. Stdin, stdout and stderr are passed through, SIGINT and SIGTERM are forwarded.
@@ -220,22 +240,28 @@ With a sidecar (the default): a Try-mode lock is acquired through the sidecar's 
 
 Without Kubernetes (--cassandra-hosts given): baton takes the lock in Cassandra itself as owner
 host/<hostname>/<pid>/<random>, like flock(1) for a cluster. --lock is required, --wait defaults to 0 (try
-once: exit 75 if the lock is held).
+once: exit 75 if the lock is held). It connects as the sidecar does, with the same settings: TLS,
+a user name and password from files, a local data centre, the consistency levels and a check of
+the cluster's name.
 
 Flags:
-  --socket PATH            the sidecar's API socket (env BATON_SOCKET, default /var/run/baton/baton.sock)
+  --socket PATH            ` + socketUsage + `
   --lock ID                the lock to hold (with a sidecar: default the only declared lock)
   --wait DUR               how long to wait for the lock; 0 tries once (default 5m with a sidecar,
                            0 with --cassandra-hosts)
   --grace DUR              time between SIGTERM and SIGKILL when the lock is lost (default 10s)
-  --cassandra-hosts HOSTS  comma-separated Cassandra contact points, host or host:port
-                           (env BATON_CASSANDRA_HOSTS); selects the mode without a sidecar
-  --keyspace NAME          keyspace holding baton's tables (env BATON_CASSANDRA_KEYSPACE, default baton)
+
+Without a sidecar:
   --lease DUR              lease duration in Cassandra; failover after a crash takes about one lease
                            (default 15s, 1s to 1h)
   --create-schema          create the keyspace and tables first if they do not exist
   --verbose                log the lock's progress to stderr
-`,
+
+Cassandra settings (a flag wins over its environment variable; --cassandra-hosts selects the mode
+without a sidecar):
+`)
+	sidecarcontract.WriteUsage(&b, sidecarcontract.CassandraSettings()...)
+	return b.String()
 }
 
 // usage prints the usage of topic ("" for the overview).

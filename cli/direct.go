@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
@@ -33,13 +33,16 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 			fmt.Fprintf(p.stderr, "baton: %s %s\n", prefix, args)
 		}, funcr.Options{Verbosity: 1})
 	}
-	cc := gocql.NewCluster(o.hosts...)
+	conn := o.cassandra
+	cc, err := conn.ClusterConfig()
+	if err != nil {
+		return ExitFailure, fmt.Errorf("connecting to %s: %w", conn, err)
+	}
 	cc.Timeout, cc.ConnectTimeout = cassandraTimeout, cassandraTimeout
-	cc.Consistency = gocql.Quorum
 	session, err := cc.CreateSession()
 	if err != nil {
-		return ExitFailure, fmt.Errorf("cannot connect to Cassandra at %s: %w; check --cassandra-hosts (BATON_CASSANDRA_HOSTS)",
-			strings.Join(o.hosts, ","), err)
+		return ExitFailure, fmt.Errorf("cannot connect to Cassandra at %s: %w; check %s%s",
+			strings.Join(conn.ContactPoints, ","), err, sidecarcontract.CassandraHosts, connectHint(conn))
 	}
 	defer func() {
 		if !cassandrastore.CloseSession(session, closeTimeout) {
@@ -48,18 +51,20 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 	}()
 	if o.createSchema {
 		sctx, cancel := context.WithTimeout(ctx, schemaTimeout)
-		err := cassandrastore.EnsureSchema(sctx, session, o.keyspace, "")
+		err := cassandrastore.EnsureSchema(sctx, session, conn.Keyspace, "")
 		cancel()
 		if err != nil {
-			return ExitFailure, fmt.Errorf("creating baton's schema in keyspace %q: %w", o.keyspace, err)
+			return ExitFailure, fmt.Errorf("creating baton's schema in keyspace %q: %w", conn.Keyspace, err)
 		}
 	}
-	store, err := cassandrastore.New(ctx, session, cassandrastore.WithKeyspace(o.keyspace))
-	if err != nil {
-		if errors.Is(err, cassandrastore.ErrSchema) {
-			return ExitFailure, fmt.Errorf("%w; create it once with --create-schema, or check --keyspace (BATON_CASSANDRA_KEYSPACE)", err)
-		}
-		return ExitFailure, fmt.Errorf("opening the lock store in keyspace %q: %w", o.keyspace, err)
+	store, err := cassandrastore.New(ctx, session, conn.StoreOptions()...)
+	switch {
+	case errors.Is(err, cassandrastore.ErrSchema):
+		return ExitFailure, fmt.Errorf("%w; create it once with --create-schema, or check %s", err, sidecarcontract.Keyspace)
+	case errors.Is(err, cassandrastore.ErrClusterMismatch):
+		return ExitFailure, fmt.Errorf("%w; check %s and %s", err, sidecarcontract.CassandraHosts, sidecarcontract.ClusterName)
+	case err != nil:
+		return ExitFailure, fmt.Errorf("opening the lock store in keyspace %q: %w", conn.Keyspace, err)
 	}
 	owner, err := directOwner(p.pid)
 	if err != nil {
@@ -107,8 +112,7 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 		case <-stop:
 		}
 	}()
-	res, err := p.supervise(ctx, childSpec{argv: o.argv, grace: o.grace, env: []string{
-		fmt.Sprintf("BATON_TOKEN=%d", lease.Token()), "BATON_LOCK=" + o.lockID}}, lost)
+	res, err := p.supervise(ctx, childSpec{argv: o.argv, grace: o.grace, env: childEnv(o.lockID, lease.Token())}, lost)
 	close(stop)
 	<-watched
 
@@ -128,6 +132,24 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 		return res.code, context.Cause(ctx)
 	}
 	return res.code, nil
+}
+
+// connectHint names the settings besides the contact points that can make a connection fail.
+func connectHint(conn cassandrastore.Connection) string {
+	var more []string
+	if conn.Username != "" {
+		more = append(more, sidecarcontract.UsernameFile.String(), sidecarcontract.PasswordFile.String())
+	}
+	if conn.TLS != nil {
+		more = append(more, sidecarcontract.TLSCA.String(), sidecarcontract.TLSServerName.String())
+	}
+	if conn.LocalDC != "" {
+		more = append(more, sidecarcontract.LocalDC.String())
+	}
+	if len(more) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(more, ", ")
 }
 
 // directOwner returns this process's lock owner: identity host/<hostname>/<pid>/<random>. Host

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testpki"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
@@ -163,5 +164,41 @@ func TestDirectRunUnreachableCassandra(t *testing.T) {
 	inv := runCLI(t, &invocation{args: []string{"run", "--cassandra-hosts", "127.0.0.1:1", "--lock", "x", "--", "true"}})
 	if inv.code != ExitFailure || !strings.Contains(inv.stderr.String(), "cannot connect to Cassandra at 127.0.0.1:1") {
 		t.Errorf("exit %d, stderr %q", inv.code, inv.stderr.String())
+	}
+	// With TLS and a password from the environment, the message names those settings too.
+	dir := t.TempDir()
+	ca := testpki.NewCA(t)
+	inv = runCLI(t, &invocation{args: []string{"run", "--lock", "x", "--", "true"}, env: map[string]string{
+		"BATON_CASSANDRA_HOSTS":         "127.0.0.1:1",
+		"BATON_CASSANDRA_TLS_CA":        testpki.WriteFile(t, dir, "ca.crt", ca.PEM),
+		"BATON_CASSANDRA_USERNAME_FILE": testpki.WriteFile(t, dir, "user", []byte("baton")),
+		"BATON_CASSANDRA_PASSWORD_FILE": testpki.WriteFile(t, dir, "pass", []byte("s3cret")),
+	}})
+	for _, want := range []string{"cannot connect to Cassandra at 127.0.0.1:1", "--cassandra-tls-ca (BATON_CASSANDRA_TLS_CA)",
+		"--cassandra-username-file (BATON_CASSANDRA_USERNAME_FILE)"} {
+		if inv.code != ExitFailure || !strings.Contains(inv.stderr.String(), want) {
+			t.Errorf("exit %d, stderr %q; want it to mention %q", inv.code, inv.stderr.String(), want)
+		}
+	}
+	if strings.Contains(inv.stderr.String(), "s3cret") {
+		t.Errorf("stderr shows the password: %q", inv.stderr.String())
+	}
+}
+
+// TestDirectRunCassandraSettings: the sidecar's Cassandra settings reach the lock store in direct
+// mode: a local data centre with LOCAL_QUORUM works, and a cluster name other than the cluster's
+// is refused.
+func TestDirectRunCassandraSettings(t *testing.T) {
+	lockID := fmt.Sprintf("cli-settings-%d", time.Now().UnixNano())
+	inv := runCLI(t, &invocation{args: directArgs(t, lockID, "--local-dc", "datacenter1", "--consistency", "LOCAL_QUORUM",
+		"--", "sh", "-c", `echo "$BATON_TOKEN"`)})
+	if inv.code != 0 || token(t, inv) <= 0 {
+		t.Fatalf("LOCAL_QUORUM in datacenter1: exit %d, stderr %s", inv.code, inv.stderr.String())
+	}
+	inv = runCLI(t, &invocation{args: directArgs(t, lockID, "--", "true"),
+		env: map[string]string{"BATON_CASSANDRA_CLUSTER_NAME": "some other cluster"}})
+	if inv.code != ExitFailure || !strings.Contains(inv.stderr.String(), `the lock lives on Cassandra cluster "some other cluster"`) ||
+		!strings.Contains(inv.stderr.String(), "--cassandra-cluster-name (BATON_CASSANDRA_CLUSTER_NAME)") {
+		t.Errorf("another cluster: exit %d, stderr %q", inv.code, inv.stderr.String())
 	}
 }

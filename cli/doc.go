@@ -6,13 +6,15 @@
 //	baton wait   [--socket PATH] [--lock ID] [--timeout 5m]
 //	baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
 //	baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
-//	             [--create-schema] [--grace 10s] -- CMD [ARGS...]
+//	             [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
 //
 // status and wait talk to the sidecar of the pod (package sidecar/api). run either uses the
 // sidecar or, given Cassandra contact points, takes the lock itself like flock(1) does for a
 // file: it holds the lock while CMD runs, hands CMD its fencing token in BATON_TOKEN and the lock
 // ID in BATON_LOCK, and stops CMD (SIGTERM, then SIGKILL after a grace period) when the lock is
-// lost.
+// lost. Without a sidecar it reads the sidecar's own Cassandra settings (package cassandraflags:
+// contact points, keyspace, local data centre, consistencies, credential and TLS files, server and
+// cluster names), each a flag or its BATON_CASSANDRA_* variable.
 //
 // Exit codes: 0 success; 1 failure (wait timed out, sidecar or Cassandra unreachable); 2 usage
 // error; 75 (EX_TEMPFAIL) run could not get the lock within --wait or lost it while CMD ran;

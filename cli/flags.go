@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
 // newFlagSet returns a quiet flag set for subcommand cmd: errors come back from parse, usage is
@@ -115,10 +117,10 @@ func (p *program) socketPath(flagValue string) string {
 	if flagValue != "" {
 		return flagValue
 	}
-	if v := strings.TrimSpace(p.env("BATON_SOCKET")); v != "" {
+	if v := strings.TrimSpace(p.env(sidecarcontract.EnvSocket)); v != "" {
 		return v
 	}
-	return DefaultSocketPath
+	return sidecarcontract.SocketPath
 }
 
 // checkSocket fails with a usage error when there is no socket at path. hint is appended.

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/cassandraflags"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
 	"github.com/baton-dev/baton/sidecar/api"
 )
 
@@ -21,12 +24,23 @@ type runOptions struct {
 
 	socket string // sidecar mode
 
-	hosts        []string // direct mode (Cassandra), when not empty
-	keyspace     string
+	cassandra    cassandrastore.Connection // direct mode, when it has contact points
 	lease        time.Duration
 	createSchema bool
 	verbose      bool
 }
+
+// directOnly are the flags of run that make sense only without a sidecar, besides
+// --cassandra-hosts, which selects that mode.
+var directOnly = func() []string {
+	flags := []string{"lease", "create-schema", "verbose"}
+	for _, s := range sidecarcontract.CassandraSettings() {
+		if s != sidecarcontract.CassandraHosts {
+			flags = append(flags, s.Flag())
+		}
+	}
+	return flags
+}()
 
 // run holds a lock while a command runs, through the sidecar or directly in Cassandra.
 func (p *program) run(ctx context.Context, args []string) (int, error) {
@@ -35,8 +49,7 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 	lockID := fs.String("lock", "", "the lock to hold")
 	wait := durationFlag(fs, "wait", DefaultWait, "how long to wait for the lock")
 	grace := durationFlag(fs, "grace", DefaultGrace, "time between SIGTERM and SIGKILL")
-	hosts := fs.String("cassandra-hosts", "", "Cassandra contact points")
-	keyspace := fs.String("keyspace", "", "Cassandra keyspace")
+	cassandra := sidecarcontract.Register(fs, p.env, sidecarcontract.CassandraSettings()...)
 	lease := durationFlag(fs, "lease", lock.DefaultLease, "lease duration")
 	createSchema := fs.Bool("create-schema", false, "create baton's keyspace and tables first")
 	verbose := fs.Bool("verbose", false, "log the lock's progress")
@@ -55,44 +68,44 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 		}
 	}
 
-	hostList := *hosts
-	if hostList == "" {
-		hostList = p.env("BATON_CASSANDRA_HOSTS")
-	}
-	for h := range strings.SplitSeq(hostList, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			o.hosts = append(o.hosts, h)
-		}
-	}
-	if len(o.hosts) > 0 {
+	if cassandra.Get(sidecarcontract.CassandraHosts) != "" {
 		if o.lockID == "" {
 			return 0, usagef("run", "--lock is required with --cassandra-hosts: name the lock to hold, e.g. --lock nightly-report")
 		}
 		if !flagSet(fs, "wait") {
 			o.wait = 0
 		}
-		o.keyspace = strings.TrimSpace(*keyspace)
-		if o.keyspace == "" {
-			o.keyspace = strings.TrimSpace(p.env("BATON_CASSANDRA_KEYSPACE"))
-		}
-		if o.keyspace == "" {
-			o.keyspace = "baton"
+		var errs []error
+		if o.cassandra, errs = cassandraflags.Read(cassandra); len(errs) > 0 {
+			return 0, usagef("run", "%s", problems(errs))
 		}
 		if o.lease < lock.MinLease || o.lease > lock.MaxLease {
 			return 0, usagef("run", "--lease is %v: give a duration from %v to %v", o.lease, lock.MinLease, lock.MaxLease)
 		}
 		return p.runDirect(ctx, o)
 	}
-	for _, f := range []string{"keyspace", "lease", "create-schema", "verbose"} {
+	for _, f := range directOnly {
 		if flagSet(fs, f) {
-			return 0, usagef("run", "--%s applies only without a sidecar: give --cassandra-hosts (BATON_CASSANDRA_HOSTS) too, or drop --%s", f, f)
+			return 0, usagef("run", "--%s applies only without a sidecar: give %s too, or drop --%s", f, sidecarcontract.CassandraHosts, f)
 		}
 	}
 	o.socket = p.socketPath(o.socket)
-	if err := checkSocket("run", o.socket, " For use outside Kubernetes give --cassandra-hosts (BATON_CASSANDRA_HOSTS)."); err != nil {
+	if err := checkSocket("run", o.socket, " For use outside Kubernetes give "+sidecarcontract.CassandraHosts.String()+"."); err != nil {
 		return 0, err
 	}
 	return p.runSidecar(ctx, o)
+}
+
+// problems formats settings problems for a usage error: one on its line, several under a heading.
+func problems(errs []error) string {
+	if len(errs) == 1 {
+		return errs[0].Error()
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return "invalid Cassandra settings:\n  " + strings.Join(msgs, "\n  ")
 }
 
 // runSidecar runs CMD under a lock the pod's sidecar holds.
@@ -175,8 +188,7 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 		defer close(watched)
 		p.watchSidecar(watchCtx, c, st.events, id, status.Token, lost)
 	}()
-	res, err := p.supervise(ctx, childSpec{argv: o.argv, grace: o.grace, env: []string{
-		fmt.Sprintf("BATON_TOKEN=%d", status.Token), "BATON_LOCK=" + id}}, lost)
+	res, err := p.supervise(ctx, childSpec{argv: o.argv, grace: o.grace, env: childEnv(id, status.Token)}, lost)
 	stopWatch()
 	<-watched
 	if err != nil {

@@ -3,8 +3,11 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
 func TestUsageErrors(t *testing.T) {
@@ -46,6 +49,25 @@ func TestUsageErrors(t *testing.T) {
 		{"status socket from env", []string{"status"}, map[string]string{"BATON_SOCKET": missing},
 			"no sidecar socket at " + missing},
 		{"wait on a file", []string{"wait", "--socket", notSocket}, nil, notSocket + " is not a socket"},
+		{"consistency without hosts", []string{"run", "--socket", missing, "--consistency", "ALL", "--", "true"}, nil,
+			"--consistency applies only without a sidecar: give --cassandra-hosts (BATON_CASSANDRA_HOSTS) too, or drop --consistency"},
+		{"TLS without hosts", []string{"run", "--socket", missing, "--cassandra-tls-ca", notSocket, "--", "true"}, nil,
+			"--cassandra-tls-ca applies only without a sidecar"},
+		{"weak consistency", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--consistency", "one", "--", "true"}, nil,
+			`--consistency (BATON_CASSANDRA_CONSISTENCY) is "ONE": a lock needs QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL`},
+		{"serial consistency from env", []string{"run", "--lock", "x", "--", "true"},
+			map[string]string{"BATON_CASSANDRA_HOSTS": "h", "BATON_CASSANDRA_SERIAL_CONSISTENCY": "quorum"},
+			`--serial-consistency (BATON_CASSANDRA_SERIAL_CONSISTENCY) is "QUORUM": use SERIAL or LOCAL_SERIAL`},
+		{"local consistency without DC", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--consistency", "LOCAL_QUORUM", "--", "true"}, nil,
+			"--local-dc (BATON_CASSANDRA_LOCAL_DC) is empty but LOCAL_QUORUM/SERIAL are data-centre local"},
+		{"password without user", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--cassandra-password-file", notSocket, "--", "true"}, nil,
+			"--cassandra-password-file (BATON_CASSANDRA_PASSWORD_FILE) and --cassandra-username-file (BATON_CASSANDRA_USERNAME_FILE) must be given together"},
+		{"missing CA file", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--", "true"},
+			map[string]string{"BATON_CASSANDRA_TLS_CA": missing}, "--cassandra-tls-ca (BATON_CASSANDRA_TLS_CA) cannot be read"},
+		{"CA not PEM", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--cassandra-tls-ca", notSocket, "--", "true"}, nil,
+			"--cassandra-tls-ca (BATON_CASSANDRA_TLS_CA) names " + notSocket + ", which holds no PEM certificate"},
+		{"several problems", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--consistency", "one", "--cassandra-cluster-name", "a\nb", "--", "true"}, nil,
+			"invalid Cassandra settings:\n  --consistency (BATON_CASSANDRA_CONSISTENCY) is \"ONE\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inv := runCLI(t, &invocation{args: tc.args, env: tc.env})
@@ -74,6 +96,23 @@ func TestUsageUnknownLock(t *testing.T) {
 	inv = runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--", "true"}})
 	if inv.code != ExitUsage || !strings.Contains(inv.stderr.String(), "--lock is required: the pod declares 2 locks (orders, report)") {
 		t.Errorf("exit %d, stderr %q", inv.code, inv.stderr.String())
+	}
+}
+
+// TestRunUsageNamesEveryFlag: every flag of baton run is in its usage, the Cassandra settings with
+// their environment variables.
+func TestRunUsageNamesEveryFlag(t *testing.T) {
+	inv := runCLI(t, &invocation{args: []string{"help", "run"}})
+	help := inv.stdout.String()
+	for _, f := range append([]string{"socket", "lock", "wait", "grace"}, directOnly...) {
+		if !strings.Contains(help, "--"+f+" ") {
+			t.Errorf("baton help run does not mention --%s", f)
+		}
+	}
+	for _, s := range sidecarcontract.CassandraSettings() {
+		if !regexp.MustCompile(`--` + s.Flag() + ` +` + s.Env() + ` `).MatchString(help) {
+			t.Errorf("baton help run does not list %s", s)
+		}
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -21,11 +20,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
@@ -68,7 +69,8 @@ type StoreSource interface {
 // tokens, queue lengths and the Ready, StoreReachable and RolloutSafe conditions. It emits
 // HolderChanged Events and carries out the baton.dev/revoke annotation (see revoke). At its first
 // successful read it records the Cassandra cluster the lock lives on (status.cassandraClusterName)
-// and from then on neither reads nor revokes on any other cluster.
+// and from then on neither reads nor revokes on any other cluster. It logs through the logger
+// controller-runtime puts in each reconcile's context.
 type DistributedLockReconciler struct {
 	Client   client.Client
 	Stores   StoreSource
@@ -77,7 +79,6 @@ type DistributedLockReconciler struct {
 	Config inject.Config
 	// Interval between store reads of one DistributedLock (DefaultStatusInterval when zero).
 	Interval time.Duration
-	Log      logr.Logger
 	// Metrics, when set, exports what the reconciler saw (see NewMetrics).
 	Metrics *Metrics
 	// Now is the clock of revocation records (time.Now when nil).
@@ -92,8 +93,9 @@ type DistributedLockReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the reconciler. It is triggered by changes of the DistributedLock's
-// spec or annotations, of injected pods naming it and of workloads whose template names it, and
-// every Interval.
+// spec or annotations, of pods naming it and of workloads whose template names it, and every
+// Interval. Only an injected pod runs a sidecar and so can change the lock's state: a manager
+// whose cache holds only injected pods (the operator's) serves it fully.
 func (r *DistributedLockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil || r.Stores == nil || r.Recorder == nil {
 		return errors.New("controllers: DistributedLockReconciler needs a Client, Stores and a Recorder")
@@ -137,7 +139,7 @@ func (r *DistributedLockReconciler) now() time.Time {
 
 // Reconcile refreshes one DistributedLock's status.
 func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := r.Log.WithValues("distributedlock", req.NamespacedName)
+	log := logf.FromContext(ctx) // names the DistributedLock and the reconcileID
 	dl := &batonv1.DistributedLock{}
 	if err := r.Client.Get(ctx, req.NamespacedName, dl); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -265,7 +267,7 @@ func (r *DistributedLockReconciler) checkCluster(dl *batonv1.DistributedLock, st
 func (r *DistributedLockReconciler) inspect(ctx context.Context, dl *batonv1.DistributedLock, store lock.Store) (map[string]lock.Status, error) {
 	out := make(map[string]lock.Status, len(dl.Spec.LockIDs))
 	for _, id := range dl.Spec.LockIDs {
-		s, err := lock.Inspect(ctx, store, batonv1.StoreLockID(dl.Spec.Scope, dl.Namespace, id))
+		s, err := lock.Inspect(ctx, store, sidecarcontract.StoreLockID(dl.Spec.Scope, dl.Namespace, id))
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 )
 
@@ -31,7 +32,7 @@ func LockStatuses(dl *batonv1.DistributedLock, snapshots map[string]lock.Status,
 			Transitions: old.Transitions, LastRevocation: old.LastRevocation}
 		if snap.Record.Held() {
 			st.Revoked = snap.Record.Revoked
-			st.HolderNamespace, st.Holder = batonv1.PodOfOwner(snap.Record.Owner)
+			st.HolderNamespace, st.Holder = sidecarcontract.PodOfOwner(snap.Record.Owner)
 			if !snap.Record.GrantedAt.IsZero() {
 				t := metav1.NewTime(snap.Record.GrantedAt)
 				st.AcquiredTime = &t

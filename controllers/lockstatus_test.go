@@ -58,21 +58,6 @@ func TestLockStatuses(t *testing.T) {
 	}
 }
 
-func TestPodOfOwner(t *testing.T) {
-	for owner, want := range map[string][2]string{
-		"shop/worker-0/uid-1#ab12":      {"shop", "worker-0"},
-		"host/build-7/4242/9c1e2f3a#ff": {"", "host/build-7/4242/9c1e2f3a"},
-		"lonely#1":                      {"", "lonely"},
-		"no/incarnation/uid":            {"no", "incarnation"},
-		"not an owner":                  {"", "not an owner"},
-	} {
-		ns, name := batonv1.PodOfOwner(owner)
-		if ns != want[0] || name != want[1] {
-			t.Errorf("PodOfOwner(%q) = %q, %q; want %q", owner, ns, name, want)
-		}
-	}
-}
-
 func TestLockStatusesRevoked(t *testing.T) {
 	dl := &batonv1.DistributedLock{Spec: batonv1.DistributedLockSpec{LockIDs: []string{"orders"}}}
 	rec := lock.Record{Owner: "shop/b/uid-b#1", Token: 5, Revoked: true}

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/baton-dev/baton/internal/testenv"
 )
 
@@ -13,6 +16,9 @@ import (
 var kube = testenv.NewKubeWithCRDs(filepath.Join("..", "config", "crd", "bases"))
 
 func TestMain(m *testing.M) {
+	// The tests call Reconcile directly, without a controller to put a logger in the context, so
+	// the reconciler logs through controller-runtime's global logger, which they discard.
+	ctrl.SetLogger(logr.Discard())
 	code := m.Run()
 	kube.Stop()
 	os.Exit(code)

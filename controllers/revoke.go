@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,8 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 )
 
@@ -111,6 +114,7 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 	if !rv.present {
 		return rv
 	}
+	log := logf.FromContext(ctx)
 	warn := func(format string, args ...any) {
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRevokeFailed, "Revoke", format, args...)
 	}
@@ -139,7 +143,7 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 		if last := lastRevocation(dl, e.LockID); last != nil && last.Token == e.Token {
 			continue // done and recorded before; only the annotation's removal was late
 		}
-		err := lock.Revoke(ctx, store, batonv1.StoreLockID(dl.Spec.Scope, dl.Namespace, e.LockID), e.Token)
+		err := lock.Revoke(ctx, store, sidecarcontract.StoreLockID(dl.Spec.Scope, dl.Namespace, e.LockID), e.Token)
 		switch {
 		case errors.Is(err, lock.ErrNotHolder):
 			if e.Token > rec.Token {
@@ -148,7 +152,7 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 				r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonRevokeGone, "Revoke",
 					"lock %s: the grant with token %d already ended (the lock is at token %d%s); nothing revoked", e.LockID, e.Token, rec.Token, heldBy(rec))
 			}
-			r.Log.Info("revocation target already gone", "distributedlock", client.ObjectKeyFromObject(dl), "lock", e.LockID, "token", e.Token, "current", rec.Token)
+			log.Info("revocation target already gone", "lock", e.LockID, "token", e.Token, "current", rec.Token)
 			continue
 		case err != nil:
 			rv.failed = errors.Join(rv.failed, fmt.Errorf("revoking lock %s token %d: %w", e.LockID, e.Token, err))
@@ -166,8 +170,8 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 		}
 		r.Metrics.revoked(dl, e.LockID)
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRevoked, "Revoke",
-			"lock %s: revoked %s's grant (token %d); it stops claiming the lock at its next renewal, and the next waiter is granted one lease later", e.LockID, or(holder, "the holder"), e.Token)
-		r.Log.Info("revoked", "distributedlock", client.ObjectKeyFromObject(dl), "lock", e.LockID, "holder", holder, "token", e.Token)
+			"lock %s: revoked %s's grant (token %d); it stops claiming the lock at its next renewal, and the next waiter is granted one lease later", e.LockID, cmp.Or(holder, "the holder"), e.Token)
+		log.Info("revoked", "lock", e.LockID, "holder", holder, "token", e.Token)
 	}
 	return rv
 }
@@ -198,7 +202,7 @@ func (r *DistributedLockReconciler) bindRevocations(ctx context.Context, dl *bat
 		return false, nil
 	case apierrors.IsConflict(err) || apierrors.IsInvalid(err):
 		// The test operation failed: the annotation changed since it was read.
-		r.Log.V(1).Info("baton.dev/revoke changed meanwhile; reading it again", "distributedlock", client.ObjectKeyFromObject(dl), "err", err.Error())
+		logf.FromContext(ctx).V(1).Info("baton.dev/revoke changed meanwhile; reading it again", "err", err.Error())
 		return true, nil
 	default:
 		return false, fmt.Errorf("updating annotation %s to %q: %w", batonv1.AnnotationRevoke, value, err)
@@ -217,7 +221,7 @@ func lastRevocation(dl *batonv1.DistributedLock, lockID string) *batonv1.Revocat
 // holderName is the holder pod of owner as "namespace/name", or the owner's identity when it is
 // not a pod.
 func holderName(owner string) string {
-	ns, name := batonv1.PodOfOwner(owner)
+	ns, name := sidecarcontract.PodOfOwner(owner)
 	if ns == "" {
 		return name
 	}

@@ -20,6 +20,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
@@ -212,8 +213,8 @@ func TestRevocationNeverHitsTheNextHolder(t *testing.T) {
 			if err := c.Create(ctx, dl); err != nil {
 				t.Fatal(err)
 			}
-			orders := batonv1.StoreLockID(batonv1.ScopeNamespace, ns, "orders")
-			billing := batonv1.StoreLockID(batonv1.ScopeNamespace, ns, "billing")
+			orders := sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, "orders")
+			billing := sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, "billing")
 
 			// Pod a holds both locks; pod b waits for orders and is its next, healthy holder.
 			mem := memstore.New()
@@ -325,7 +326,7 @@ func TestRevokeAnnotationForms(t *testing.T) {
 	if err := c.Create(ctx, dl); err != nil {
 		t.Fatal(err)
 	}
-	orders := batonv1.StoreLockID(batonv1.ScopeNamespace, ns, "orders")
+	orders := sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, "orders")
 	mem := memstore.New()
 	rec := &events{}
 	r := &controllers.DistributedLockReconciler{Client: c, Recorder: rec, Interval: time.Hour, Stores: source{mem.Client(9, memstore.Faults{})}}

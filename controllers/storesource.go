@@ -1,10 +1,12 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,13 +15,8 @@ import (
 	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/controllers/storepool"
 	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
 )
-
-// Credentials are Cassandra credentials and TLS material in memory.
-type Credentials struct {
-	Username, Password        string
-	CA, ClientCert, ClientKey []byte // PEM
-}
 
 // PoolSource is the operator's StoreSource: it resolves a DistributedLock's connection (the
 // operator's defaults overridden by spec.cassandra, Secrets read from the lock's namespace) and
@@ -31,61 +28,65 @@ type PoolSource struct {
 	Secrets client.Reader
 	// Config holds the default connection.
 	Config inject.Config
-	// Defaults are the operator's own credentials for its default contact points. They are never
-	// sent to contact points a DistributedLock chose.
-	Defaults Credentials
+	// Defaults are the operator's own credentials and TLS material for its default contact points.
+	// They are never sent to contact points a DistributedLock chose.
+	Defaults cassandrastore.Credentials
 }
 
 var _ StoreSource = (*PoolSource)(nil)
 
 // Store implements StoreSource.
 func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lock.Store, error) {
-	t, err := s.Target(ctx, dl)
+	conn, err := s.Connection(ctx, dl)
 	if err != nil {
 		return nil, err
 	}
-	return s.Pool.Store(ctx, t)
+	return s.Pool.Store(ctx, conn)
 }
 
-// Target resolves dl's lock store connection.
-func (s *PoolSource) Target(ctx context.Context, dl *batonv1.DistributedLock) (storepool.Target, error) {
-	conn := s.Config.StoreConnection(dl)
-	t := storepool.Target{
-		ContactPoints: conn.ContactPoints, Keyspace: conn.Keyspace, LocalDC: conn.LocalDC,
-		Consistency: string(conn.Consistency), SerialConsistency: string(conn.SerialConsistency),
-	}
+// Connection resolves dl's lock store connection, reading the Secrets it names.
+func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock) (cassandrastore.Connection, error) {
+	spec := s.Config.StoreConnection(dl)
+	t := cassandrastore.Connection{ContactPoints: spec.ContactPoints, Keyspace: spec.Keyspace, LocalDC: spec.LocalDC}
 	if len(t.ContactPoints) == 0 {
 		return t, fmt.Errorf("no Cassandra contact points: set spec.cassandra.contactPoints or the operator's --cassandra-hosts")
 	}
-	if slices.Equal(conn.ContactPoints, s.Config.Cassandra.ContactPoints) {
-		d := s.Defaults
-		t.Username, t.Password, t.CA, t.ClientCert, t.ClientKey = d.Username, d.Password, d.CA, d.ClientCert, d.ClientKey
+	var err error
+	if t.Consistency, err = gocql.ParseConsistencyWrapper(string(spec.Consistency)); err != nil {
+		return t, fmt.Errorf("consistency: %w", err)
 	}
-	if ref := conn.Credentials; ref != nil {
+	if t.SerialConsistency, err = gocql.ParseConsistencyWrapper(string(spec.SerialConsistency)); err != nil {
+		return t, fmt.Errorf("serial consistency: %w", err)
+	}
+	if slices.Equal(spec.ContactPoints, s.Config.Cassandra.ContactPoints) {
+		t.Credentials = s.Defaults
+	}
+	if ref := spec.CredentialsSecretRef; ref != nil {
 		data, err := s.secret(ctx, dl.Namespace, ref.Name)
 		if err != nil {
 			return t, err
 		}
-		if t.Username, err = secretKey(data, dl.Namespace, ref.Name, or(ref.UsernameKey, "username")); err != nil {
+		if t.Username, err = secretKey(data, dl.Namespace, ref.Name, cmp.Or(ref.UsernameKey, "username")); err != nil {
 			return t, err
 		}
-		if t.Password, err = secretKey(data, dl.Namespace, ref.Name, or(ref.PasswordKey, "password")); err != nil {
+		if t.Password, err = secretKey(data, dl.Namespace, ref.Name, cmp.Or(ref.PasswordKey, "password")); err != nil {
 			return t, err
 		}
 	}
-	if ref := conn.TLS; ref != nil {
+	if ref := spec.TLSSecretRef; ref != nil {
 		data, err := s.secret(ctx, dl.Namespace, ref.Name)
 		if err != nil {
 			return t, err
 		}
-		t.CA, t.ClientCert, t.ClientKey = data[or(ref.CAKey, "ca.crt")], data[or(ref.CertKey, "tls.crt")], data[or(ref.KeyKey, "tls.key")]
-		if len(t.ClientCert) == 0 || len(t.ClientKey) == 0 {
-			t.ClientCert, t.ClientKey = nil, nil // CA only: no client certificate, as in the sidecar
+		tls := &cassandrastore.TLS{CA: data[cmp.Or(ref.CAKey, "ca.crt")], Cert: data[cmp.Or(ref.CertKey, "tls.crt")], Key: data[cmp.Or(ref.KeyKey, "tls.key")]}
+		if len(tls.Cert) == 0 || len(tls.Key) == 0 {
+			tls.Cert, tls.Key = nil, nil // CA only: no client certificate, as in the sidecar
 		}
-		if len(t.CA) == 0 && len(t.ClientCert) == 0 {
+		if len(tls.CA) == 0 && len(tls.Cert) == 0 {
 			return t, fmt.Errorf("Secret %s/%s (spec.cassandra.tlsSecretRef) holds neither key %q nor a client certificate",
-				dl.Namespace, ref.Name, or(ref.CAKey, "ca.crt"))
+				dl.Namespace, ref.Name, cmp.Or(ref.CAKey, "ca.crt"))
 		}
+		t.TLS = tls
 	}
 	return t, nil
 }
@@ -107,11 +108,4 @@ func secretKey(data map[string][]byte, ns, name, key string) (string, error) {
 		return "", fmt.Errorf("Secret %s/%s has no key %q (or it is empty)", ns, name, key)
 	}
 	return v, nil
-}
-
-func or(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

@@ -40,7 +40,7 @@ func Inspect(ctx context.Context, store Store, lockID string) (Status, error) {
 	return Status{LockID: lockID, Exists: ok, Record: rec, Queue: queue}, nil
 }
 
-// Revoke forces out the holder of token (BRIEF §3 rule 8). It marks the grant revoked with a
+// Revoke forces out the holder of token (rule 8). It marks the grant revoked with a
 // conditional write that applies only while token is the current grant, so it can never hit a
 // later holder. The revoked holder learns it at its next renewal and fences itself; the next waiter
 // is granted once the revoked record was seen unchanged for a full lease, so grants still never

@@ -4,12 +4,37 @@
 //
 // # Algorithm
 //
-// Each lock has an owner record and a queue (the seed thesis's "main row" and "queue row"). A
-// waiter appends a queue entry ordered by (enqueue time, owner) and waits until it is the head; only
-// the head contends for ownership, so locks are granted in arrival order. The head writes itself
-// into the owner record with a compare-and-swap conditioned on exactly the record it read, bumping
-// the fencing token in the same write. TryAcquire gives up when the record is held or someone is
+// Each lock has an owner record and a queue (the "main row" and "queue row" of the Cassandra lock
+// this package rebuilds; docs/design.md tells its story and the algorithm step by step). A waiter
+// appends a queue entry ordered by (enqueue time, owner) and waits until it is the head; only the
+// head contends for ownership, so locks are granted in arrival order. The head writes itself into
+// the owner record with a compare-and-swap conditioned on exactly the record it read, bumping the
+// fencing token in the same write. TryAcquire gives up when the record is held or someone is
 // queued ahead.
+//
+// # Rules
+//
+// The code cites these as "rule N".
+//
+//  1. Ownership of a lock lives in one record written only by compare-and-swap, never by plain
+//     writes or deletes.
+//  2. The fencing token is in that record, bumped in the same write that grants ownership, and never
+//     expires or resets; a record created anew starts at its creation time in microseconds
+//     (FirstToken).
+//  3. A lease expires by observation: a contender takes over only after it has seen the record
+//     unchanged for a full lease on its own monotonic clock, counted from when its read came back,
+//     and only with a compare-and-swap conditioned on exactly that record.
+//  4. The holder fences itself at (send time of its last successful renewal) + lease − safety
+//     margin on its own monotonic clock, tells the application before, and is never valid again.
+//  5. A write whose outcome is unknown is settled by a linearizable read before anything is
+//     reported; conditional writes are never retried blindly.
+//  6. The queue gives fairness, not safety: waiters append their own entries, only the head
+//     contends, entries of dead waiters age out.
+//  7. Owners are unique (identity plus random incarnation). A grant is taken over without waiting
+//     only when it is the Locker's own ended grant, or, with WithZeroWaitRestart, a grant of a dead
+//     earlier incarnation of its identity (zero-wait restart). A revoked grant never is.
+//  8. Revocation marks the grant revoked with a compare-and-swap conditioned on its token; the
+//     holder learns it at its next renewal, and the next grant still waits one observed lease.
 //
 // # Safety model
 //

@@ -47,7 +47,7 @@ func startLease(l *Locker, lockID string, rec Record, sent time.Time) *Lease {
 	lease.mu.Lock()
 	lease.extendLocked(rec, sent)
 	lease.mu.Unlock()
-	go lease.run()
+	go lease.renew()
 	return lease
 }
 
@@ -98,6 +98,29 @@ func (s *Lease) Context(parent context.Context) (context.Context, context.Cancel
 		}
 	}()
 	return ctx, func() { cancel(context.Canceled) }
+}
+
+// Fenced runs f with the lease's fencing token and a context that is cancelled, with the loss
+// reason as its cause, when the lease ends: the fencing idiom for a store without multi-key
+// transactions. f passes the token with every write to the resource it protects, and the resource
+// must reject a token lower than the highest it has seen (in Cassandra: a conditional update
+// "IF fence <= token" that also sets the fence, see cassandrastore's examples). That check, not
+// this function, is what stops a holder that was paused past its lease: Fenced only makes the
+// token and the lease's end easy to carry along.
+//
+// Fenced does not call f when the lease has already ended, and returns the loss reason. Otherwise
+// it returns f's error, with the loss reason joined to it when the lease ended while f ran.
+func (s *Lease) Fenced(ctx context.Context, f func(ctx context.Context, token int64) error) error {
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("lock %s token %d: %w", s.lockID, s.token, err)
+	}
+	work, cancel := s.Context(ctx)
+	defer cancel()
+	err := f(work, s.token)
+	if lost := s.Err(); err != nil && lost != nil {
+		return errors.Join(err, fmt.Errorf("lock %s token %d ended while it ran: %w", s.lockID, s.token, lost))
+	}
+	return err
 }
 
 // Release stops claiming the lock at once (Done closes before Release returns) and gives the owner
@@ -179,7 +202,7 @@ func (s *Lease) expireLocked() {
 	s.l.opts.log.Info("lock lost", "lock", s.lockID, "token", s.token, "reason", ErrLeaseExpired.Error())
 }
 
-// checkFence is the self-fence (BRIEF §3 rule 4): it ends the lease when its validity ran out.
+// checkFence is the self-fence (rule 4): it ends the lease when its validity ran out.
 func (s *Lease) checkFence() {
 	s.mu.Lock()
 	left := s.validUntil.Sub(s.l.opts.clock.Now())
@@ -192,8 +215,9 @@ func (s *Lease) checkFence() {
 	}
 }
 
-// run renews the lease until it ends, then gives the owner record back if it still names us.
-func (s *Lease) run() {
+// renew is the renew loop: it renews the lease until it ends, then gives the owner record back if
+// it may still name us.
+func (s *Lease) renew() {
 	defer close(s.exited)
 	o := s.l.opts
 	timer := o.clock.NewTimer(o.renewInterval)
@@ -201,16 +225,16 @@ func (s *Lease) run() {
 	for {
 		select {
 		case <-s.done:
-			s.finish()
+			s.release()
 			return
 		case <-timer.C():
-			timer.Reset(s.renew())
+			timer.Reset(s.renewOnce())
 		}
 	}
 }
 
-// renew makes one renewal step and returns when to make the next.
-func (s *Lease) renew() time.Duration {
+// renewOnce makes one renewal attempt (docs/design.md, Renew) and returns when to make the next.
+func (s *Lease) renewOnce() time.Duration {
 	o := s.l.opts
 	retry := max(o.renewInterval/4, o.pollInterval)
 	ctx, cancel := context.WithTimeout(context.Background(), o.requestTimeout)
@@ -229,13 +253,15 @@ func (s *Lease) renew() time.Duration {
 	)
 	start := o.clock.Now()
 	if pending == nil {
+		// 2. Rewrite the record we last wrote, remembering when the write was sent.
 		next := rec
 		next.Version++
 		next.RenewedAt = o.wallClock()
 		w = write{next: next, sent: o.clock.Now()}
 		applied, cur, ok, err = s.l.cas(ctx, s.lockID, rec, next)
 	} else {
-		// A renewal of unknown outcome is outstanding: settle it before sending anything else.
+		// 1. A renewal of unknown outcome is outstanding: settle it before sending anything else
+		// (rule 5).
 		w = *pending
 		cur, ok, err = s.l.store.Load(ctx, s.lockID, true)
 		applied = err == nil && ok && cur.sameState(w.next)
@@ -244,7 +270,7 @@ func (s *Lease) renew() time.Duration {
 		err, applied = nil, true
 	}
 	if err != nil {
-		o.renewed(s.lockID, o.clock.Since(start), err)
+		o.observer(Event{Kind: EventRenewed, LockID: s.lockID, Took: o.clock.Since(start), Err: err})
 		o.log.V(1).Info("renewal outcome unknown, will settle", "lock", s.lockID, "err", err.Error())
 		s.mu.Lock()
 		s.pending = &w
@@ -258,20 +284,22 @@ func (s *Lease) renew() time.Duration {
 		w.sent = o.clock.Now()
 	}
 	if applied {
+		// 3. Valid until send time + lease − margin, unless that has passed already (rule 4).
 		s.extendLocked(w.next, w.sent)
 		s.mu.Unlock()
-		o.renewed(s.lockID, o.clock.Since(start), nil)
+		o.observer(Event{Kind: EventRenewed, LockID: s.lockID, Took: o.clock.Since(start)})
 		return o.renewInterval
 	}
+	// 4. Not applied: still ours and unchanged (try again soon), or someone else's, or revoked.
 	unchanged := ok && cur.sameState(rec)
 	s.mu.Unlock()
 	if unchanged {
 		// Our write did not apply and never will; the record is still ours.
-		o.renewed(s.lockID, o.clock.Since(start), errNotApplied)
+		o.observer(Event{Kind: EventRenewed, LockID: s.lockID, Took: o.clock.Since(start), Err: errNotApplied})
 		return retry
 	}
 	reason := lossReason(cur, ok, s.l.owner, s.token)
-	o.renewed(s.lockID, o.clock.Since(start), reason)
+	o.observer(Event{Kind: EventRenewed, LockID: s.lockID, Took: o.clock.Since(start), Err: reason})
 	s.lose(reason)
 	return o.renewInterval
 }
@@ -289,9 +317,10 @@ func lossReason(cur Record, ok bool, owner Owner, token int64) error {
 	return fmt.Errorf("%w: now owner %q token %d", ErrOwnershipLost, cur.Owner, cur.Token)
 }
 
-// finish gives the owner record back after the lease ended, so that the next waiter need not wait
-// for expiry. It settles an outstanding write first and gives up after one lease.
-func (s *Lease) finish() {
+// release is the release loop: after the lease ended it gives the owner record back, so that the
+// next waiter need not wait for expiry. It settles an outstanding write first and gives up after
+// one lease.
+func (s *Lease) release() {
 	o := s.l.opts
 	ctx, cancel := context.WithTimeout(context.Background(), o.lease)
 	defer cancel()

@@ -13,7 +13,7 @@ import (
 )
 
 // TestStoreLoadBudget counts store requests per client with the default options, in virtual time:
-// BRIEF §7 allows at most 1 request/s per held lock, 10/s for the queue head and 2/s for every
+// The targets (docs/design.md) allow at most 1 request/s per held lock, 10/s for the queue head and 2/s for every
 // other waiter. Counting requests is exact here; latency numbers live in docs/benchmarks.md.
 func TestStoreLoadBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -132,22 +132,31 @@ func TestLeaseEnds(t *testing.T) {
 	})
 }
 
-func TestLocalWaker(t *testing.T) {
-	w := lock.NewLocalWaker()
-	ch, cancel := w.Subscribe("x")
-	w.Notify("y")
-	select {
-	case <-ch:
-		t.Fatal("woken by another lock")
-	default:
-	}
-	w.Notify("x")
-	w.Notify("x") // never blocks
-	select {
-	case <-ch:
-	default:
-		t.Fatal("not woken")
-	}
-	cancel()
-	w.Notify("x")
+// TestFencedEndsWithTheLease: the work's context ends with the lease, with the loss reason as its
+// cause, and Fenced reports both the work's error and the loss.
+func TestFencedEndsWithTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		cut := mem.Client(1, memstore.Faults{})
+		l, _ := lock.New(cut, lock.Owner{Identity: "a", Incarnation: "1"}, lock.WithLease(3*time.Second))
+		lease, err := l.Acquire(context.Background(), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(context.Background())
+		cut.Partition(time.Hour)
+		var gotToken int64
+		err = lease.Fenced(context.Background(), func(ctx context.Context, token int64) error {
+			gotToken = token
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), lock.ErrLeaseExpired) {
+				t.Errorf("work context ended with cause %v, want ErrLeaseExpired", context.Cause(ctx))
+			}
+			return ctx.Err()
+		})
+		if gotToken != lease.Token() || !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrLeaseExpired) {
+			t.Fatalf("Fenced = %v with token %d; want the work's error and ErrLeaseExpired, token %d", err, gotToken, lease.Token())
+		}
+		time.Sleep(10 * time.Second) // let the cut-off lease give up giving the record back
+	})
 }

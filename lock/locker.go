@@ -64,20 +64,20 @@ func (l *Locker) Owner() Owner { return l.owner }
 // LeaseDuration returns the lease duration this Locker grants itself.
 func (l *Locker) LeaseDuration() time.Duration { return l.opts.lease }
 
-// Acquire blocks until it holds lockID or ctx ends (the seed's GetLock). It joins the lock's queue
+// Acquire blocks until it holds lockID or ctx ends (a mandatory lock). It joins the lock's queue
 // and only contends for ownership once it is at the head, so waiters are served in arrival order.
 func (l *Locker) Acquire(ctx context.Context, lockID string) (*Lease, error) {
-	return l.run(ctx, lockID, true)
+	return l.acquire(ctx, lockID, true)
 }
 
 // TryAcquire makes one attempt and returns ErrLocked when the lock is held by another owner or
-// others are queued ahead (the seed's TryGetLock). A holder that stopped renewing is taken over
+// others are queued ahead (a soft lock). A holder that stopped renewing is taken over
 // only once this Locker has seen its record unchanged for a full lease across calls.
 func (l *Locker) TryAcquire(ctx context.Context, lockID string) (*Lease, error) {
-	return l.run(ctx, lockID, false)
+	return l.acquire(ctx, lockID, false)
 }
 
-func (l *Locker) run(ctx context.Context, lockID string, block bool) (*Lease, error) {
+func (l *Locker) acquire(ctx context.Context, lockID string, block bool) (*Lease, error) {
 	if err := ValidateLockID(lockID); err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func (l *Locker) run(ctx context.Context, lockID string, block bool) (*Lease, er
 	l.mu.Unlock()
 
 	a := &acquisition{l: l, lockID: lockID, block: block}
-	lease, err := a.run(ctx)
+	lease, err := a.acquire(ctx)
 
 	l.mu.Lock()
 	if lease != nil && lease.Err() == nil {
@@ -129,7 +129,7 @@ func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) time.T
 }
 
 // enqueueTime returns a wall-clock enqueue time in microseconds that never goes backwards for this
-// Locker (the seed's non-decreasing time service, per process).
+// Locker (a non-decreasing time service, per process).
 func (l *Locker) enqueueTime() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -170,7 +170,7 @@ func (l *Locker) load(ctx context.Context, lockID string, linearizable bool) (Re
 }
 
 // settle resolves a conditional write of unknown outcome with a linearizable read, retrying until
-// it succeeds or ctx ends (BRIEF §3 rule 5). After it returns, the write is visible or never applies.
+// it succeeds or ctx ends (rule 5). After it returns, the write is visible or never applies.
 func (l *Locker) settle(ctx context.Context, lockID string) (Record, bool, error) {
 	backoff := l.opts.pollInterval
 	for {
@@ -220,7 +220,9 @@ type acquisition struct {
 	queueReadAt time.Time // Locker clock; when the queue was last read
 }
 
-func (a *acquisition) run(ctx context.Context) (*Lease, error) {
+// acquire is the acquire loop: it makes steps (docs/design.md, Acquire) until granted, until a
+// try gives up, or until ctx ends.
+func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 	l := a.l
 	hints, unsubscribe := l.opts.waker.Subscribe(a.lockID)
 	defer unsubscribe()
@@ -262,7 +264,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 			return nil, 0, err
 		}
 	}
-	// 2. Only the head of the queue contends for ownership (fairness; listing 6 step 2). A waiter
+	// 2. Only the head of the queue contends for ownership (fairness, rule 6). A waiter
 	// that may be the head reads the owner record at the same time, saving a round trip.
 	// The head re-reads the queue only once per waiter poll: only a waiter with a skewed clock or a
 	// late enqueue could get ahead of it, and that is a matter of fairness, not safety.
@@ -294,7 +296,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	}
 	a.wasHead = ahead == 0
 	if a.block {
-		l.opts.progress(Progress{LockID: a.lockID, Ahead: ahead})
+		l.opts.observer(Event{Kind: EventQueued, LockID: a.lockID, Ahead: ahead})
 	}
 	if a.queued && !found {
 		// Our entry expired (we were paused longer than its TTL) or is not visible yet: rewrite it.
@@ -302,7 +304,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 		return nil, l.opts.pollInterval, a.enqueue(ctx)
 	}
 	if ahead > 0 && record != nil && l.opts.zeroWait {
-		// Zero-wait restart (BRIEF §3 rule 7): the record names a dead predecessor of ours, which
+		// Zero-wait restart (rule 7): the record names a dead predecessor of ours, which
 		// no waiter can be granted before it has aged out for a lease. Take it over now, whatever
 		// the queue says, so that leadership does not move because our process restarted.
 		r := <-record
@@ -355,7 +357,7 @@ func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.D
 	}
 	if wait := a.mustWait(r.rec, r.ok, seen, received); wait > 0 {
 		if a.block {
-			l.opts.progress(Progress{LockID: a.lockID, Holder: r.rec.Owner, Token: r.rec.Token})
+			l.opts.observer(Event{Kind: EventQueued, LockID: a.lockID, Holder: r.rec.Owner, Token: r.rec.Token})
 		}
 		if !a.block {
 			return nil, 0, fmt.Errorf("%w: %s is held by %s (token %d)", ErrLocked, a.lockID, r.rec.Owner, r.rec.Token)
@@ -415,8 +417,8 @@ func (a *acquisition) mustWait(rec Record, ok bool, seen, received time.Time) ti
 
 // ownedByUs reports whether rec is a grant nobody but us can be claiming, so that we may take it
 // over at once with a new token: an earlier lease of this very Locker that has ended (a live one
-// would have made run return ErrAlreadyHeld), or, with WithZeroWaitRestart, a grant of an earlier
-// incarnation of our identity, which is dead (BRIEF §3 rule 7). A revoked grant never is: taking it
+// would have made Acquire return ErrAlreadyHeld), or, with WithZeroWaitRestart, a grant of an earlier
+// incarnation of our identity, which is dead (rule 7). A revoked grant never is: taking it
 // over would undo the revocation.
 func (a *acquisition) ownedByUs(rec Record) bool {
 	l := a.l

@@ -37,20 +37,8 @@ type options struct {
 	waker          Waker
 	zeroWait       bool
 	mutations      mutations // unsafe variants for the simulation's mutation test; never set outside tests
-	progress       func(Progress)
-	renewed        func(lockID string, took time.Duration, err error)
+	observer       func(Event)
 	errs           []error
-}
-
-// Progress is what a waiting Acquire knows about its place, reported through WithProgress.
-type Progress struct {
-	LockID string
-	// Ahead is how many waiters are ahead in the queue; 0 means this one is the head.
-	Ahead int
-	// Holder and Token name the current owner record when the head has read it ("" when free or
-	// not read yet: only the head reads it).
-	Holder string
-	Token  int64
 }
 
 // positive records an error for an explicitly set duration that is not positive.
@@ -126,19 +114,14 @@ func WithClock(c clock.WithDelayedExecution) Option {
 // records. Skew between machines makes the queue less fair, never unsafe.
 func WithWallClock(now func() time.Time) Option { return func(o *options) { o.wallClock = now } }
 
-// WithProgress sets a function that Acquire calls, from its own goroutine, whenever it has read
-// its place in the queue or the owner record. It costs no extra store requests. It must not block.
-func WithProgress(f func(Progress)) Option { return func(o *options) { o.progress = f } }
-
-// WithRenewObserver sets a function called after every renewal attempt of a held lease with how
-// long it took and its error (nil when the lease was extended). It must not block.
-func WithRenewObserver(f func(lockID string, took time.Duration, err error)) Option {
-	return func(o *options) { o.renewed = f }
-}
+// WithObserver sets a function that the Locker calls, from its own goroutines, with what it
+// observes: where a waiting Acquire stands (EventQueued, at no extra store requests) and every
+// renewal attempt of a held lease (EventRenewed). It must not block.
+func WithObserver(f func(Event)) Option { return func(o *options) { o.observer = f } }
 
 // WithZeroWaitRestart lets a new incarnation of this Locker's owner identity take over a grant
 // of an earlier incarnation at once, with a new token, ahead of any queued waiter: a restarted
-// process does not wait out its own dead predecessor's lease (BRIEF §3 rule 7, seed 003).
+// process does not wait out its own dead predecessor's lease (rule 7).
 //
 // It is only safe where two processes with one identity never run at the same time, because the
 // takeover trusts that the earlier incarnation is dead. A Kubernetes sidecar qualifies: its identity
@@ -188,11 +171,8 @@ func buildOptions(opts []Option) (options, error) {
 	if o.waker == nil {
 		o.waker = noWaker{}
 	}
-	if o.progress == nil {
-		o.progress = func(Progress) {}
-	}
-	if o.renewed == nil {
-		o.renewed = func(string, time.Duration, error) {}
+	if o.observer == nil {
+		o.observer = func(Event) {}
 	}
 	return o, o.validate()
 }

@@ -18,7 +18,7 @@ const ownerSep = "#"
 // Owner identifies one holder process. Identity is stable for the thing that holds the lock (in
 // Kubernetes: namespace/pod name/pod UID); Incarnation is random per process start (NewOwner).
 // With WithZeroWaitRestart, a new incarnation of the same identity takes over its predecessor's
-// grant at once, with a new token, because the predecessor process is gone (BRIEF §3 rule 7).
+// grant at once, with a new token, because the predecessor process is gone (rule 7).
 //
 // Two Lockers must never share an Owner (identity and incarnation): a Locker takes over a grant of
 // its own owner string at once. Use NewOwner. Where two live processes could share an identity

@@ -356,7 +356,7 @@ func (s *simClient) run(ctx context.Context) {
 			lock.WithLease(lease), lock.WithSafetyMargin(lease / 10),
 			lock.WithRequestTimeout(lease / 6), lock.WithPollInterval(100 * time.Millisecond),
 			lock.WithWaiterPollInterval(500 * time.Millisecond), lock.WithQueueEntryTTL(2 * time.Second),
-			lock.WithClock(clk), lock.WithWallClock(clk.Wall), lock.WithRenewObserver(cutter.renewed),
+			lock.WithClock(clk), lock.WithWallClock(clk.Wall), lock.WithObserver(cutter.renewed),
 		}
 		if c.zeroWait && !c.sharedIdentity {
 			opts = append(opts, lock.WithZeroWaitRestart())
@@ -481,8 +481,8 @@ func newCutter(store *memstore.Client, chance float64, upTo time.Duration, seed 
 	return &cutter{store: store, chance: chance, upTo: upTo, faults: faults, rng: rand.New(rand.NewPCG(seed, 7))}
 }
 
-func (c *cutter) renewed(_ string, _ time.Duration, err error) {
-	if err != nil || c.chance == 0 {
+func (c *cutter) renewed(e lock.Event) {
+	if e.Kind != lock.EventRenewed || e.Err != nil || c.chance == 0 {
 		return
 	}
 	c.mu.Lock()

@@ -101,7 +101,7 @@ func classSeed(name string, i int) uint64 {
 	return h.Sum64() + uint64(i)
 }
 
-// TestSimulation runs seeded histories per fault class of BRIEF §8 that apply to the library and
+// TestSimulation runs seeded histories per fault class that applies to the library and
 // checks each with porcupine, the overlap check and the fenced register.
 func TestSimulation(t *testing.T) {
 	for _, c := range simClasses() {

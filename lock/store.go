@@ -52,7 +52,7 @@ func (r Record) olderThan(o Record) bool {
 }
 
 // QueueEntry is one waiter in a lock's queue. Entries sort by (Enqueued, Owner), the order of the
-// seed algorithm's zero-padded "microseconds + thread id" column names.
+// original algorithm's zero-padded "microseconds + thread id" queue columns (docs/design.md).
 type QueueEntry struct {
 	// Enqueued is the waiter's wall-clock enqueue time in microseconds since the Unix epoch.
 	Enqueued int64

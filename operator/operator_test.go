@@ -27,6 +27,7 @@ import (
 	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/internal/devcluster"
 	"github.com/baton-dev/baton/internal/nodeagent"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecar/api"
 )
@@ -153,8 +154,8 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	// Each sidecar, with its pod-bound token, sets its own pod's readiness condition, and the pod's
 	// Ready follows it: only the holder would receive Service traffic.
 	testenv.WaitFor(t, "web-a Ready and web-b not", 30*time.Second, func() bool {
-		return podCondition(t, env, ns, "web-a", inject.ReadinessGate) == corev1.ConditionTrue &&
-			podCondition(t, env, ns, "web-b", inject.ReadinessGate) == corev1.ConditionFalse &&
+		return podCondition(t, env, ns, "web-a", sidecarcontract.ConditionLockHeld) == corev1.ConditionTrue &&
+			podCondition(t, env, ns, "web-b", sidecarcontract.ConditionLockHeld) == corev1.ConditionFalse &&
 			podCondition(t, env, ns, "web-a", corev1.PodReady) == corev1.ConditionTrue &&
 			podCondition(t, env, ns, "web-b", corev1.PodReady) == corev1.ConditionFalse
 	})

@@ -19,8 +19,8 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock/cassandrastore"
-	"github.com/baton-dev/baton/sidecar"
 )
 
 // Webhook certificate modes.
@@ -75,8 +75,10 @@ type Options struct {
 	LogVerbosity      int
 }
 
-// flagSet declares every flag into o, with its default.
-func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, map[string]*string) {
+// flagSet declares every flag into o, with its default. Flags whose Options field has a string
+// type are bound to that field directly; lists and quantities use the flag.Value types below. The
+// returned quantity flags hold the errors ParseOptions reports (see quantityFlag).
+func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantityFlag) {
 	fs := flag.NewFlagSet("baton-operator", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file, outside a cluster (default: in-cluster config or $KUBECONFIG)")
@@ -97,7 +99,7 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, map[string
 	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "how often DistributedLock status is re-read from the lock store")
 	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
 	fs.StringVar(&o.NativeSidecars, "native-sidecars", NativeAuto, "inject native sidecars (Kubernetes >= 1.29): auto (from the server version), true or false")
-	fs.DurationVar(&o.Inject.ShutdownTimeout, "sidecar-shutdown-timeout", sidecar.DefaultShutdownTimeout, "how long a sidecar may take to release its locks at shutdown (at most 5m)")
+	fs.DurationVar(&o.Inject.ShutdownTimeout, "sidecar-shutdown-timeout", sidecarcontract.DefaultShutdownTimeout, "how long a sidecar may take to release its locks at shutdown (at most 5m)")
 	fs.StringVar(&o.CassandraUsernameFile, "cassandra-username-file", "", "file holding the operator's Cassandra user name for the default contact points")
 	fs.StringVar(&o.CassandraPasswordFile, "cassandra-password-file", "", "file holding the operator's Cassandra password")
 	fs.StringVar(&o.CassandraTLSCA, "cassandra-tls-ca", "", "PEM CA bundle verifying the default Cassandra servers (turns TLS on)")
@@ -105,26 +107,30 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, map[string
 	fs.StringVar(&o.CassandraTLSKey, "cassandra-tls-key", "", "PEM client key for the default Cassandra")
 	fs.StringVar(&o.Inject.Cassandra.Keyspace, "cassandra-keyspace", "baton", "default Cassandra keyspace")
 	fs.StringVar(&o.Inject.Cassandra.LocalDC, "cassandra-local-dc", "", "default local data centre (required by LOCAL_* consistencies)")
-	raw := map[string]*string{
-		"sidecar-image-pull-policy":    fs.String("sidecar-image-pull-policy", string(corev1.PullIfNotPresent), "sidecar image pull policy: Always, IfNotPresent or Never"),
-		"sidecar-cpu-request":          fs.String("sidecar-cpu-request", "10m", "sidecar CPU request (empty: none)"),
-		"sidecar-cpu-limit":            fs.String("sidecar-cpu-limit", "", "sidecar CPU limit (empty: none)"),
-		"sidecar-memory-request":       fs.String("sidecar-memory-request", "32Mi", "sidecar memory request (empty: none)"),
-		"sidecar-memory-limit":         fs.String("sidecar-memory-limit", "64Mi", "sidecar memory limit (empty: none)"),
-		"cassandra-hosts":              fs.String("cassandra-hosts", "", "default Cassandra contact points, host[:port],..."),
-		"cassandra-consistency":        fs.String("cassandra-consistency", string(batonv1.ConsistencyQuorum), "default consistency: QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL"),
-		"cassandra-serial-consistency": fs.String("cassandra-serial-consistency", string(batonv1.SerialConsistencySerial), "default serial consistency: SERIAL or LOCAL_SERIAL"),
-		"webhook-extra-dns-names":      fs.String("webhook-extra-dns-names", "", "more DNS names for the self-made webhook certificate, comma-separated (for a webhook reached by URL)"),
-		"global-namespaces":            fs.String("global-namespaces", "", `namespaces allowed to use scope Global, comma-separated ("*": all)`),
+	// Fields of named string types, bound as plain strings; ParseOptions normalises the
+	// consistencies and Validate checks them.
+	fs.StringVar((*string)(&o.Inject.ImagePullPolicy), "sidecar-image-pull-policy", string(corev1.PullIfNotPresent), "sidecar image pull policy: Always, IfNotPresent or Never")
+	fs.StringVar((*string)(&o.Inject.Cassandra.Consistency), "cassandra-consistency", string(batonv1.ConsistencyQuorum), "default consistency: QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL")
+	fs.StringVar((*string)(&o.Inject.Cassandra.SerialConsistency), "cassandra-serial-consistency", string(batonv1.SerialConsistencySerial), "default serial consistency: SERIAL or LOCAL_SERIAL")
+	fs.Var(listFlag{&o.Inject.Cassandra.ContactPoints}, "cassandra-hosts", "default Cassandra contact points, host[:port],...")
+	fs.Var(listFlag{&o.WebhookExtraDNSNames}, "webhook-extra-dns-names", "more DNS names for the self-made webhook certificate, comma-separated (for a webhook reached by URL)")
+	fs.Var(listFlag{&o.Inject.GlobalNamespaces}, "global-namespaces", `namespaces allowed to use scope Global, comma-separated ("*": all)`)
+	o.Inject.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	req, lim := o.Inject.Resources.Requests, o.Inject.Resources.Limits
+	quantities := []*quantityFlag{
+		quantityVar(fs, req, corev1.ResourceCPU, "sidecar-cpu-request", "10m", "sidecar CPU request (empty: none)"),
+		quantityVar(fs, lim, corev1.ResourceCPU, "sidecar-cpu-limit", "", "sidecar CPU limit (empty: none)"),
+		quantityVar(fs, req, corev1.ResourceMemory, "sidecar-memory-request", "32Mi", "sidecar memory request (empty: none)"),
+		quantityVar(fs, lim, corev1.ResourceMemory, "sidecar-memory-limit", "64Mi", "sidecar memory limit (empty: none)"),
 	}
-	return fs, raw
+	return fs, quantities
 }
 
 // ParseOptions reads the operator's flags; getenv supplies POD_NAMESPACE. It returns flag.ErrHelp
 // for -h, and every problem at once otherwise.
 func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	var o Options
-	fs, raw := o.flagSet(getenv)
+	fs, quantities := o.flagSet(getenv)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Options{}, err
@@ -135,32 +141,12 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 		return Options{}, fmt.Errorf("operator: unexpected argument %q: every setting is a --flag", fs.Arg(0))
 	}
 	var errs []error
-	o.Inject.ImagePullPolicy = corev1.PullPolicy(*raw["sidecar-image-pull-policy"])
-	o.Inject.Cassandra.ContactPoints = splitList(*raw["cassandra-hosts"])
-	o.Inject.Cassandra.Consistency = batonv1.Consistency(strings.ToUpper(strings.TrimSpace(*raw["cassandra-consistency"])))
-	o.Inject.Cassandra.SerialConsistency = batonv1.SerialConsistency(strings.ToUpper(strings.TrimSpace(*raw["cassandra-serial-consistency"])))
-	o.Inject.GlobalNamespaces = splitList(*raw["global-namespaces"])
-	o.WebhookExtraDNSNames = splitList(*raw["webhook-extra-dns-names"])
-	o.Inject.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
-	for flagName, dst := range map[string]corev1.ResourceList{
-		"sidecar-cpu-request": o.Inject.Resources.Requests, "sidecar-memory-request": o.Inject.Resources.Requests,
-		"sidecar-cpu-limit": o.Inject.Resources.Limits, "sidecar-memory-limit": o.Inject.Resources.Limits,
-	} {
-		v := strings.TrimSpace(*raw[flagName])
-		if v == "" {
-			continue
-		}
-		q, err := resource.ParseQuantity(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--%s=%q: want a quantity such as 10m or 64Mi", flagName, v))
-			continue
-		}
-		name := corev1.ResourceCPU
-		if strings.Contains(flagName, "memory") {
-			name = corev1.ResourceMemory
-		}
-		dst[name] = q
+	for _, q := range quantities {
+		errs = append(errs, q.err)
 	}
+	c := &o.Inject.Cassandra
+	c.Consistency = batonv1.Consistency(upperWord(string(c.Consistency)))
+	c.SerialConsistency = batonv1.SerialConsistency(upperWord(string(c.SerialConsistency)))
 	if len(o.Inject.Resources.Requests) == 0 && len(o.Inject.Resources.Limits) == 0 {
 		// Every resource flag set empty on purpose: no requests or limits at all.
 		o.Inject.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{}}
@@ -222,12 +208,62 @@ func Usage(w io.Writer) {
 	fs.PrintDefaults()
 }
 
-func splitList(s string) []string {
-	var out []string
+func upperWord(s string) string { return strings.ToUpper(strings.TrimSpace(s)) }
+
+// listFlag is a comma-separated list flag: blanks around items and empty items are dropped.
+type listFlag struct{ items *[]string }
+
+func (f listFlag) String() string {
+	if f.items == nil { // the flag package's zero value, for -h
+		return ""
+	}
+	return strings.Join(*f.items, ",")
+}
+
+func (f listFlag) Set(s string) error {
+	*f.items = nil
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
+			*f.items = append(*f.items, p)
 		}
 	}
-	return out
+	return nil
+}
+
+// quantityFlag is a resource quantity flag that sets (or, when empty, removes) one resource in a
+// ResourceList. A value that is not a quantity is kept in err rather than returned by Set, so that
+// ParseOptions reports it together with every other problem: the flag package stops at the first
+// error of a Set.
+type quantityFlag struct {
+	name     string // the flag's, for err
+	list     corev1.ResourceList
+	resource corev1.ResourceName
+	text     string
+	err      error
+}
+
+// quantityVar declares a quantityFlag setting res in list, with its default value.
+func quantityVar(fs *flag.FlagSet, list corev1.ResourceList, res corev1.ResourceName, name, value, usage string) *quantityFlag {
+	q := &quantityFlag{name: name, list: list, resource: res}
+	_ = q.Set(value) // never fails; the defaults are quantities
+	fs.Var(q, name, usage)
+	return q
+}
+
+func (q *quantityFlag) String() string { return q.text }
+
+func (q *quantityFlag) Set(s string) error {
+	q.text, q.err = s, nil
+	delete(q.list, q.resource)
+	v := strings.TrimSpace(s)
+	if v == "" {
+		return nil
+	}
+	qty, err := resource.ParseQuantity(v)
+	if err != nil {
+		q.err = fmt.Errorf("--%s=%q: want a quantity such as 10m or 64Mi", q.name, v)
+		return nil
+	}
+	q.list[q.resource] = qty
+	return nil
 }

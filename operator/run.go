@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -36,6 +35,7 @@ import (
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
 	"github.com/baton-dev/baton/controllers/storepool"
 	batonwebhook "github.com/baton-dev/baton/controllers/webhook"
+	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
@@ -67,8 +67,9 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// Run runs the operator until ctx ends. log receives every log line; it is also the logger of
-// the manager and its controllers.
+// Run runs the operator until ctx ends. log receives every log line: it is the manager's logger,
+// from which controller-runtime derives each reconcile's logger (with the controller's name, the
+// request and the reconcileID), which the reconcilers take from their context.
 func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) error {
 	if err := o.Validate(); err != nil {
 		return err
@@ -98,9 +99,8 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		// The reconcilers stop as soon as leadership is lost; the process exits and restarts.
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
-		// Only injected pods and the sidecar Roles and RoleBindings: the operator never needs the
-		// others, and caching every pod of a large cluster would cost memory for nothing.
-		Cache: cache.Options{ByObject: sidecaraccess.CacheByObject(), DefaultTransform: cache.TransformStripManagedFields()},
+		// What the shared cache holds, and why that serves every reader: see CacheOptions.
+		Cache: CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("operator: manager: %w", err)
@@ -118,14 +118,13 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		Recorder: mgr.GetEventRecorder("baton-operator"),
 		Config:   o.Inject,
 		Interval: o.StatusInterval,
-		Log:      log.WithName("distributedlock"),
 		Metrics:  metrics,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	if err := setupAccess(mgr, log); err != nil {
-		return err
+	if err := (&sidecaraccess.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
 	}
 
 	injector, err := batonwebhook.NewPodInjector(mgr.GetClient(), o.Inject, batonwebhook.WithLogger(log.WithName("webhook")),
@@ -243,8 +242,8 @@ func nativeSidecars(mode string, cfg *rest.Config) (bool, error) {
 }
 
 // defaultCredentials reads the operator's own Cassandra credentials files.
-func (o Options) defaultCredentials() (controllers.Credentials, error) {
-	var c controllers.Credentials
+func (o Options) defaultCredentials() (cassandrastore.Credentials, error) {
+	var c cassandrastore.Credentials
 	read := func(flagName, path string) ([]byte, error) {
 		if path == "" {
 			return nil, nil
@@ -264,7 +263,9 @@ func (o Options) defaultCredentials() (controllers.Credentials, error) {
 		return c, err
 	}
 	c.Username, c.Password = strings.TrimRight(string(user), "\r\n"), strings.TrimRight(string(pass), "\r\n")
-	c.CA, c.ClientCert, c.ClientKey = ca, cert, key
+	if len(ca) > 0 || len(cert) > 0 {
+		c.TLS = &cassandrastore.TLS{CA: ca, Cert: cert, Key: key}
+	}
 	return c, nil
 }
 

@@ -14,18 +14,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/sidecar/api"
-)
-
-// Names the gate writes on the pod (BRIEF §1).
-const (
-	// ConditionLockHeld is the readiness-gate condition type: True while the pod holds every lock.
-	ConditionLockHeld = "baton.dev/lock-held"
-	// LabelRole is the holder label of the Label traffic policy.
-	LabelRole = "baton.dev/role"
-	// RoleHolder and RoleStandby are its values.
-	RoleHolder  = "holder"
-	RoleStandby = "standby"
 )
 
 // gateResync is how often the gate rewrites its state even without a change, repairing edits
@@ -74,7 +65,7 @@ func (h *Holder) GateState() GateState {
 type Gate struct {
 	client  kubernetes.Interface
 	ns, pod string
-	policy  TrafficPolicy
+	policy  batonv1.TrafficPolicy
 	state   func() GateState
 	changes <-chan struct{}
 	log     logr.Logger
@@ -124,9 +115,9 @@ func (g *Gate) Apply(ctx context.Context, st GateState) error {
 	}
 	var err error
 	switch g.policy {
-	case ReadinessGate:
+	case batonv1.TrafficReadinessGate:
 		err = g.patchCondition(ctx, st)
-	case Label:
+	case batonv1.TrafficLabel:
 		err = g.patchLabel(ctx, st)
 	default:
 		return nil
@@ -148,7 +139,7 @@ func (g *Gate) patchCondition(ctx context.Context, st GateState) error {
 		g.transitions = time.Now()
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
-		"type": ConditionLockHeld, "status": status, "reason": st.Reason, "message": st.Message,
+		"type": sidecarcontract.ConditionLockHeld, "status": status, "reason": st.Reason, "message": st.Message,
 		"lastTransitionTime": metav1.NewTime(g.transitions).Rfc3339Copy(),
 	}}}})
 	if err != nil {
@@ -156,23 +147,23 @@ func (g *Gate) patchCondition(ctx context.Context, st GateState) error {
 	}
 	_, err = g.client.CoreV1().Pods(g.ns).Patch(ctx, g.pod, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
-		return fmt.Errorf("patching condition %s of pod %s/%s: %w", ConditionLockHeld, g.ns, g.pod, err)
+		return fmt.Errorf("patching condition %s of pod %s/%s: %w", sidecarcontract.ConditionLockHeld, g.ns, g.pod, err)
 	}
 	return nil
 }
 
 func (g *Gate) patchLabel(ctx context.Context, st GateState) error {
-	role := RoleStandby
+	role := sidecarcontract.RoleStandby
 	if st.Held {
-		role = RoleHolder
+		role = sidecarcontract.RoleHolder
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{LabelRole: role}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{sidecarcontract.LabelRole: role}}})
 	if err != nil {
 		return err
 	}
 	_, err = g.client.CoreV1().Pods(g.ns).Patch(ctx, g.pod, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		return fmt.Errorf("setting label %s=%s on pod %s/%s: %w", LabelRole, role, g.ns, g.pod, err)
+		return fmt.Errorf("setting label %s=%s on pod %s/%s: %w", sidecarcontract.LabelRole, role, g.ns, g.pod, err)
 	}
 	return nil
 }
@@ -189,7 +180,7 @@ func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sidecar: Kubernetes client config (%s): %w", name("kubeconfig"), err)
+		return nil, fmt.Errorf("sidecar: Kubernetes client config (%s): %w", sidecarcontract.Kubeconfig, err)
 	}
 	cfg.UserAgent = "baton-sidecar"
 	cfg.Timeout = 5 * time.Second

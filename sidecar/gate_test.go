@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/lock/memstore"
 )
@@ -26,20 +28,20 @@ func TestMain(m *testing.M) {
 }
 
 // gatedPod creates a pod with baton's readiness gate and returns its options for a holder.
-func gatedPod(t *testing.T, client kubernetes.Interface, ns, name string, policy TrafficPolicy) Options {
+func gatedPod(t *testing.T, client kubernetes.Interface, ns, name string, policy batonv1.TrafficPolicy) Options {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			Containers:     []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
-			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: ConditionLockHeld}},
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: sidecarcontract.ConditionLockHeld}},
 		},
 	}
 	created, err := client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := testOptions(t, name, ModeBlocking, "orders")
+	o := testOptions(t, name, batonv1.ModeBlocking, "orders")
 	o.Pod = PodIdentity{Namespace: ns, Name: name, UID: string(created.UID)}
 	o.TrafficPolicy = policy
 	return o
@@ -77,7 +79,7 @@ func condition(t *testing.T, client kubernetes.Interface, ns, name string) (core
 		t.Fatal(err)
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == ConditionLockHeld {
+		if c.Type == sidecarcontract.ConditionLockHeld {
 			return c, true
 		}
 	}
@@ -100,12 +102,12 @@ func TestGateReadinessCondition(t *testing.T) {
 	client := kube.Client(t)
 	ns := namespace(t, client)
 	mem := memstore.New()
-	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", ReadinessGate))
+	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", batonv1.TrafficReadinessGate))
 	eventually(t, "pod a's condition True", 10*time.Second, func() bool {
 		c, ok := condition(t, client, ns, "a")
 		return ok && c.Status == corev1.ConditionTrue && c.Reason == "LockHeld" && strings.Contains(c.Message, "orders (token ")
 	})
-	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", ReadinessGate))
+	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", batonv1.TrafficReadinessGate))
 	eventually(t, "pod b's condition False with its queue position", 10*time.Second, func() bool {
 		c, ok := condition(t, client, ns, "b")
 		return ok && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "position 1 for lock orders")
@@ -138,18 +140,18 @@ func TestGateRoleLabel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pod.Labels[LabelRole]
+		return pod.Labels[sidecarcontract.LabelRole]
 	}
-	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", Label))
-	eventually(t, "pod a labelled holder", 10*time.Second, func() bool { return label("a") == RoleHolder })
-	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", Label))
-	eventually(t, "pod b labelled standby", 10*time.Second, func() bool { return label("b") == RoleStandby })
+	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", batonv1.TrafficLabel))
+	eventually(t, "pod a labelled holder", 10*time.Second, func() bool { return label("a") == sidecarcontract.RoleHolder })
+	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", batonv1.TrafficLabel))
+	eventually(t, "pod b labelled standby", 10*time.Second, func() bool { return label("b") == sidecarcontract.RoleStandby })
 	if _, ok := condition(t, client, ns, "a"); ok {
 		t.Fatal("label mode must not write the readiness condition")
 	}
 	_ = a.Shutdown(context.Background())
-	eventually(t, "pod b labelled holder", 10*time.Second, func() bool { return label("b") == RoleHolder })
-	eventually(t, "pod a labelled standby", 10*time.Second, func() bool { return label("a") == RoleStandby })
+	eventually(t, "pod b labelled holder", 10*time.Second, func() bool { return label("b") == sidecarcontract.RoleHolder })
+	eventually(t, "pod a labelled standby", 10*time.Second, func() bool { return label("a") == sidecarcontract.RoleStandby })
 }
 
 // TestUnreachableAPIServerDoesNotDelayFencing: with the API server unreachable, the gate cannot
@@ -160,7 +162,7 @@ func TestUnreachableAPIServerDoesNotDelayFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	mem := memstore.New()
-	o := testOptions(t, "a", ModeBlocking, "orders")
+	o := testOptions(t, "a", batonv1.ModeBlocking, "orders")
 	store := mem.Client(1, memstore.Faults{})
 	h, err := NewHolder(o, store, logr.Discard())
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/sidecar/api"
 )
@@ -74,8 +75,8 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 	}
 	// Zero-wait restart is safe here: the identity holds the pod UID and the kubelet never runs two
 	// incarnations of the sidecar container at once, so an earlier incarnation's grant is dead.
-	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithProgress(h.onProgress),
-		lock.WithRenewObserver(h.onRenew), lock.WithZeroWaitRestart()}, lockOpts...)
+	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithObserver(h.observe),
+		lock.WithZeroWaitRestart()}, lockOpts...)
 	if h.locker, err = lock.New(store, owner, all...); err != nil {
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}
@@ -92,11 +93,11 @@ func (h *Holder) Start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	h.mu.Lock()
 	h.cancel = cancel
-	if h.opts.Mode == ModeTry {
+	if h.opts.Mode == batonv1.ModeTry {
 		h.started = true
 	}
 	h.mu.Unlock()
-	if h.opts.Mode != ModeBlocking {
+	if h.opts.Mode != batonv1.ModeBlocking {
 		return
 	}
 	for _, id := range h.opts.LockIDs {
@@ -140,7 +141,7 @@ func (h *Holder) acquired(id string, lease *lock.Lease) {
 	s := h.locks[id]
 	s.lease, s.everHeld = lease, true
 	s.status = api.LockStatus{LockID: id, State: api.StateHeld, Token: lease.Token(), Holder: h.podName()}
-	if h.opts.Mode == ModeBlocking && !h.started {
+	if h.opts.Mode == batonv1.ModeBlocking && !h.started {
 		h.started = h.allEverHeldLocked()
 	}
 	h.publishLocked(api.Event{Type: api.EventAcquired, LockID: id, Token: lease.Token(), Time: time.Now()})
@@ -171,14 +172,26 @@ func (h *Holder) ended(id string, lease *lock.Lease) {
 	h.log.Info("lock lost", "lock", id, "token", lease.Token(), "reason", reason)
 }
 
-// onProgress turns the lock's queue progress into the waiting status ("position 2").
-func (h *Holder) onProgress(p lock.Progress) {
+// observe turns what the Locker observes into status and metrics under the declared lock ID: an
+// Acquire's place in the queue becomes the waiting status ("position 2"), a renewal attempt a
+// metric.
+func (h *Holder) observe(e lock.Event) {
 	h.mu.Lock()
-	id, ok := h.byStore[p.LockID]
+	id, ok := h.byStore[e.LockID]
 	h.mu.Unlock()
 	if !ok {
 		return
 	}
+	switch e.Kind {
+	case lock.EventQueued:
+		h.waiting(id, e)
+	case lock.EventRenewed:
+		h.metrics.renewed(id, e.Took, e.Err)
+	}
+}
+
+// waiting records a waiting Acquire's place in the queue in id's status.
+func (h *Holder) waiting(id string, p lock.Event) {
 	h.update(id, func(s *lockState) {
 		if s.lease != nil {
 			return
@@ -194,16 +207,6 @@ func (h *Holder) onProgress(p lock.Progress) {
 			s.status.Reason += ", held by " + s.status.Holder
 		}
 	})
-}
-
-// onRenew records a renewal attempt in the metrics under the declared lock ID.
-func (h *Holder) onRenew(storeID string, took time.Duration, err error) {
-	h.mu.Lock()
-	id, ok := h.byStore[storeID]
-	h.mu.Unlock()
-	if ok {
-		h.metrics.renewed(id, took, err)
-	}
 }
 
 // update changes one lock's status under the lock and signals a change.
@@ -253,7 +256,7 @@ func (h *Holder) podName() string { return h.opts.Pod.Namespace + "/" + h.opts.P
 
 // podName turns a lock owner string into "namespace/name" of its pod (or the identity as is).
 func podName(owner string) string {
-	ns, name := batonv1.PodOfOwner(owner)
+	ns, name := sidecarcontract.PodOfOwner(owner)
 	if ns == "" {
 		return name
 	}
@@ -373,7 +376,7 @@ func (h *Holder) tryModeLock(id string) error {
 	if _, ok := h.locks[id]; !ok {
 		return fmt.Errorf("%w: %q is not declared (declared: %s)", api.ErrUnknownLock, id, strings.Join(h.opts.LockIDs, ", "))
 	}
-	if h.opts.Mode != ModeTry {
+	if h.opts.Mode != batonv1.ModeTry {
 		return fmt.Errorf("%w: %s is held by the sidecar in %s mode", api.ErrNotTryMode, id, h.opts.Mode)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/testclock"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
@@ -17,7 +18,7 @@ import (
 )
 
 // testOptions returns valid options for pod name in mode.
-func testOptions(t *testing.T, name string, mode Mode, locks ...string) Options {
+func testOptions(t *testing.T, name string, mode batonv1.LockMode, locks ...string) Options {
 	t.Helper()
 	o, err := ParseOptions(nil, env(map[string]string{
 		"POD_NAME": name, "POD_UID": "uid-" + name, "BATON_MODE": string(mode),
@@ -58,8 +59,8 @@ func TestHolderBlockingHandoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		ctx := context.Background()
-		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", ModeBlocking, "orders", "payments"))
-		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", ModeBlocking, "orders", "payments"))
+		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", batonv1.ModeBlocking, "orders", "payments"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", batonv1.ModeBlocking, "orders", "payments"))
 		aEvents, stopA := a.Subscribe()
 		defer stopA()
 		bEvents, stopB := b.Subscribe()
@@ -122,8 +123,8 @@ func TestHolderLossRequeues(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		ctx := context.Background()
-		a, aStore := newTestHolder(t, mem, 1, testOptions(t, "a", ModeBlocking, "orders"))
-		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", ModeBlocking, "orders"))
+		a, aStore := newTestHolder(t, mem, 1, testOptions(t, "a", batonv1.ModeBlocking, "orders"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", batonv1.ModeBlocking, "orders"))
 		events, stop := a.Subscribe()
 		defer stop()
 		a.Start(ctx)
@@ -155,8 +156,8 @@ func TestHolderTryMode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		ctx := context.Background()
-		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", ModeTry, "orders"))
-		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", ModeTry, "orders"))
+		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", batonv1.ModeTry, "orders"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", batonv1.ModeTry, "orders"))
 		a.Start(ctx)
 		b.Start(ctx)
 		if !a.Started() || a.Ready() {
@@ -198,7 +199,7 @@ func TestHolderTryMode(t *testing.T) {
 		if _, err := a.Acquire(ctx, "nope", 0); !errors.Is(err, api.ErrUnknownLock) {
 			t.Fatalf("unknown lock: %v", err)
 		}
-		blocking, _ := newTestHolder(t, mem, 3, testOptions(t, "c", ModeBlocking, "orders"))
+		blocking, _ := newTestHolder(t, mem, 3, testOptions(t, "c", batonv1.ModeBlocking, "orders"))
 		if _, err := blocking.Acquire(ctx, "orders", 0); !errors.Is(err, api.ErrNotTryMode) {
 			t.Fatalf("acquire in blocking mode: %v", err)
 		}
@@ -215,7 +216,7 @@ func TestHolderNeverReportsHeldPastDeadline(t *testing.T) {
 		ctx := context.Background()
 		clk := &testclock.Ahead{}
 		client := mem.Client(1, memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 2 * time.Millisecond})
-		h, err := NewHolder(testOptions(t, "a", ModeBlocking, "orders"), client, logr.Discard(), lock.WithClock(clk))
+		h, err := NewHolder(testOptions(t, "a", batonv1.ModeBlocking, "orders"), client, logr.Discard(), lock.WithClock(clk))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 )
 
@@ -162,11 +163,11 @@ func (s *instrumentedStore) Queue(ctx context.Context, id string, limit int) ([]
 func serveMetrics(ctx context.Context, addr string, m *Metrics) (net.Listener, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-		return nil, fmt.Errorf("sidecar: %s is %q: give a loopback address such as %s", name("metrics-addr"), addr, DefaultMetricsAddr)
+		return nil, fmt.Errorf("sidecar: %s is %q: give a loopback address such as %s", sidecarcontract.MetricsAddr, addr, sidecarcontract.MetricsAddr.Default())
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("sidecar: %s: %w", name("metrics-addr"), err)
+		return nil, fmt.Errorf("sidecar: %s: %w", sidecarcontract.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecar/api"
 )
@@ -22,7 +23,7 @@ func TestMetricsFollowTheLock(t *testing.T) {
 		ctx := context.Background()
 		m := NewMetrics()
 		cut := mem.Client(1, memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 2 * time.Millisecond})
-		h, err := NewInstrumentedHolder(testOptions(t, "a", ModeBlocking, "orders"), cut, logr.Discard(), m)
+		h, err := NewInstrumentedHolder(testOptions(t, "a", batonv1.ModeBlocking, "orders"), cut, logr.Discard(), m)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,11 +3,18 @@ package sidecar
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/testpki"
 )
 
 // env returns a getenv over a map, starting from a valid configuration.
@@ -30,20 +37,20 @@ func TestParseOptionsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{Mode: ModeBlocking, Lease: 15 * time.Second, Scope: ScopeNamespace, TrafficPolicy: ReadinessGate,
-		SocketPath: DefaultSocketPath, MetricsAddr: DefaultMetricsAddr, ShutdownTimeout: DefaultShutdownTimeout}
+	want := Options{Mode: batonv1.ModeBlocking, Lease: 15 * time.Second, Scope: batonv1.ScopeNamespace, TrafficPolicy: batonv1.TrafficReadinessGate,
+		SocketPath: "/var/run/baton/baton.sock", MetricsAddr: "127.0.0.1:9464", ShutdownTimeout: 10 * time.Second}
 	if o.Mode != want.Mode || o.Lease != want.Lease || o.Scope != want.Scope || o.TrafficPolicy != want.TrafficPolicy ||
 		o.SocketPath != want.SocketPath || o.MetricsAddr != want.MetricsAddr || o.ShutdownTimeout != want.ShutdownTimeout {
 		t.Fatalf("defaults: %+v", o)
 	}
 	if strings.Join(o.LockIDs, ",") != "orders,payments" || len(o.Cassandra.ContactPoints) != 2 || o.Cassandra.Keyspace != "baton" ||
-		o.Cassandra.Consistency != "QUORUM" || o.Cassandra.SerialConsistency != "SERIAL" {
+		o.Cassandra.Consistency != gocql.Quorum || o.Cassandra.SerialConsistency != gocql.Serial {
 		t.Fatalf("parsed: %+v", o)
 	}
 	if o.Owner() != "shop/worker-7f9c/2d1e-44" || o.StoreLockID("orders") != "shop/orders" {
 		t.Fatalf("owner %q, store ID %q", o.Owner(), o.StoreLockID("orders"))
 	}
-	o.Scope = ScopeGlobal
+	o.Scope = batonv1.ScopeGlobal
 	if got := o.StoreLockID("orders"); got != "_global/orders" {
 		t.Fatalf("global store ID %q", got)
 	}
@@ -71,7 +78,7 @@ func TestParseOptionsFlagsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Mode != ModeTry || o.Lease != 5*time.Second || len(o.LockIDs) != 1 || o.LockIDs[0] != "x" {
+	if o.Mode != batonv1.ModeTry || o.Lease != 5*time.Second || len(o.LockIDs) != 1 || o.LockIDs[0] != "x" {
 		t.Fatalf("flags did not win: %+v", o)
 	}
 }
@@ -136,33 +143,58 @@ func TestParseOptionsErrors(t *testing.T) {
 func TestUsageListsEverySetting(t *testing.T) {
 	var b strings.Builder
 	Usage(&b)
-	for _, f := range fields {
-		if !strings.Contains(b.String(), "--"+f.flag) || !strings.Contains(b.String(), f.env) {
-			t.Errorf("usage misses %s / %s", f.flag, f.env)
+	for _, s := range sidecarcontract.Settings() {
+		if !strings.Contains(b.String(), "--"+s.Flag()) || !strings.Contains(b.String(), s.Env()) {
+			t.Errorf("usage misses %s", s)
 		}
 	}
 }
 
 func TestTLSSecretWithOnlyACA(t *testing.T) {
 	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(ca, []byte("pem"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	o, err := ParseOptions(nil, env(map[string]string{"BATON_CASSANDRA_TLS_CA": ca,
+	ca := testpki.NewCA(t)
+	caFile := testpki.WriteFile(t, dir, "ca.crt", ca.PEM)
+	o, err := ParseOptions(nil, env(map[string]string{"BATON_CASSANDRA_TLS_CA": caFile,
 		"BATON_CASSANDRA_TLS_CERT": filepath.Join(dir, "tls.crt"), "BATON_CASSANDRA_TLS_KEY": filepath.Join(dir, "tls.key")}))
 	if err != nil {
 		t.Fatalf("a TLS Secret with only a CA must be accepted: %v", err)
 	}
-	if o.Cassandra.TLSCertFile != "" || o.Cassandra.TLSKeyFile != "" || o.Cassandra.TLSCAFile != ca {
-		t.Fatalf("client certificate should be dropped, CA kept: %+v", o.Cassandra)
+	if tls := o.Cassandra.TLS; tls == nil || tls.Cert != nil || tls.Key != nil || string(tls.CA) != string(ca.PEM) {
+		t.Fatalf("client certificate should be dropped, CA kept: %+v", o.Cassandra.TLS)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), []byte("pem"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err = ParseOptions(nil, env(map[string]string{"BATON_CASSANDRA_TLS_CERT": filepath.Join(dir, "tls.crt"),
+	cert := testpki.WriteFile(t, dir, "tls.crt", ca.Issue(t, "baton").Cert)
+	_, err = ParseOptions(nil, env(map[string]string{"BATON_CASSANDRA_TLS_CERT": cert,
 		"BATON_CASSANDRA_TLS_KEY": filepath.Join(dir, "tls.key")}))
 	if err == nil || !strings.Contains(err.Error(), "--cassandra-tls-key") {
 		t.Fatalf("a certificate without its key must be rejected: %v", err)
+	}
+}
+
+// TestCassandraSettings: credentials and TLS files are read into the connection, and their
+// problems are reported with the others.
+func TestCassandraSettings(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t)
+	o, err := ParseOptions([]string{"--cassandra-tls-server-name", "cassandra.db"}, env(map[string]string{
+		"BATON_CASSANDRA_USERNAME_FILE": testpki.WriteFile(t, dir, "user", []byte("baton\n")),
+		"BATON_CASSANDRA_PASSWORD_FILE": testpki.WriteFile(t, dir, "pass", []byte("s3cret\n")),
+		"BATON_CASSANDRA_TLS_CA":        testpki.WriteFile(t, dir, "ca.crt", ca.PEM),
+		"BATON_CASSANDRA_LOCAL_DC":      "dc1", "BATON_CASSANDRA_CONSISTENCY": "local_quorum",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Cassandra
+	if c.Username != "baton" || c.Password != "s3cret" || c.TLS == nil || c.TLS.ServerName != "cassandra.db" ||
+		c.LocalDC != "dc1" || c.Consistency != gocql.LocalQuorum {
+		t.Errorf("connection %#v, TLS %+v", c, c.TLS)
+	}
+	if strings.Contains(fmt.Sprintf("%+v %#v", o, o), "s3cret") {
+		t.Error("printing the options shows the password")
+	}
+	_, err = ParseOptions(nil, env(map[string]string{"BATON_MODE": "x",
+		"BATON_CASSANDRA_TLS_CA": testpki.WriteFile(t, dir, "bad.crt", []byte("not a certificate"))}))
+	if err == nil || !strings.Contains(err.Error(), "--mode (BATON_MODE)") || !strings.Contains(err.Error(), "--cassandra-tls-ca (BATON_CASSANDRA_TLS_CA)") {
+		t.Errorf("want the mode and the CA problems together, got %v", err)
 	}
 }

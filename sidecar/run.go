@@ -11,6 +11,8 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/go-logr/logr"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 	"github.com/baton-dev/baton/sidecar/api"
 )
@@ -24,7 +26,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	}
 	cc, err := opts.Cassandra.ClusterConfig()
 	if err != nil {
-		return err
+		return fmt.Errorf("sidecar: %w", err)
 	}
 	session, err := connect(ctx, cc, log)
 	if err != nil {
@@ -35,11 +37,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 			log.Info("closing the Cassandra session timed out; exiting anyway")
 		}
 	}()
-	cons, _ := gocql.ParseConsistencyWrapper(opts.Cassandra.Consistency)
-	serial, _ := gocql.ParseConsistencyWrapper(opts.Cassandra.SerialConsistency)
-	store, err := openStore(ctx, session, log, cassandrastore.WithKeyspace(opts.Cassandra.Keyspace),
-		cassandrastore.WithConsistency(cons), cassandrastore.WithSerialConsistency(serial),
-		cassandrastore.WithClusterName(opts.Cassandra.ClusterName))
+	store, err := openStore(ctx, session, log, opts.Cassandra.StoreOptions()...)
 	if err != nil {
 		return err
 	}
@@ -81,7 +79,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	defer stopHolding()
 	var gate *Gate
 	stopGate := func() {}
-	if opts.TrafficPolicy != NoTraffic {
+	if opts.TrafficPolicy != batonv1.TrafficNone {
 		kube, err := KubeClient(opts.Kubeconfig)
 		if err != nil {
 			return err
@@ -148,7 +146,7 @@ func openStore(ctx context.Context, session *gocql.Session, log logr.Logger, opt
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("sidecar: %w", err)
 	case errors.Is(err, cassandrastore.ErrClusterMismatch):
-		return nil, fmt.Errorf("sidecar: refusing to start: the contact points do not reach the cluster %s names: %w", name("cluster-name"), err)
+		return nil, fmt.Errorf("sidecar: refusing to start: the contact points do not reach the cluster %s names: %w", sidecarcontract.ClusterName, err)
 	case errors.Is(err, cassandrastore.ErrUnsafeServer):
 		return nil, fmt.Errorf("sidecar: refusing to start: %w", err)
 	}
@@ -182,19 +180,19 @@ func retry[T any](ctx context.Context, log logr.Logger, msg string, f func() (T,
 func listen(ctx context.Context, opts Options) ([]net.Listener, error) {
 	unix, err := api.ListenUnix(ctx, opts.SocketPath)
 	if err != nil {
-		return nil, fmt.Errorf("sidecar: %s: %w", name("socket"), err)
+		return nil, fmt.Errorf("sidecar: %s: %w", sidecarcontract.Socket, err)
 	}
 	lns := []net.Listener{unix}
 	if opts.ListenTCP != "" {
 		host, _, err := net.SplitHostPort(opts.ListenTCP)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 			unix.Close()
-			return nil, fmt.Errorf("sidecar: %s is %q: give a loopback address such as 127.0.0.1:7946", name("listen-tcp"), opts.ListenTCP)
+			return nil, fmt.Errorf("sidecar: %s is %q: give a loopback address such as 127.0.0.1:7946", sidecarcontract.ListenTCP, opts.ListenTCP)
 		}
 		tcp, err := net.Listen("tcp", opts.ListenTCP)
 		if err != nil {
 			unix.Close()
-			return nil, fmt.Errorf("sidecar: %s: %w", name("listen-tcp"), err)
+			return nil, fmt.Errorf("sidecar: %s: %w", sidecarcontract.ListenTCP, err)
 		}
 		lns = append(lns, tcp)
 	}

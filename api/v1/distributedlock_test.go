@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/lock"
-	"github.com/baton-dev/baton/sidecar"
 )
 
 var crdDir = filepath.Join("..", "..", "config", "crd", "bases")
@@ -374,6 +374,7 @@ func TestCRDAgreesWithConstants(t *testing.T) {
 	ids := spec["lockIds"].(map[string]any)
 	items := ids["items"].(map[string]any)
 	lease := spec["leaseDuration"].(map[string]any)
+	cassandra := spec["cassandra"].(map[string]any)["properties"].(map[string]any)
 
 	check := func(what string, got, want any) {
 		t.Helper()
@@ -382,7 +383,6 @@ func TestCRDAgreesWithConstants(t *testing.T) {
 		}
 	}
 	check("lockIds maxItems", ids["maxItems"], batonv1.MaxLockIDs)
-	check("sidecar.MaxLocks", sidecar.MaxLocks, batonv1.MaxLockIDs)
 	check("lockIds items maxLength", items["maxLength"], batonv1.MaxLockIDLength)
 	check("lockIds items pattern", items["pattern"], batonv1.LockIDPattern)
 	check("leaseDuration default", lease["default"], batonv1.DefaultLeaseDuration)
@@ -400,6 +400,17 @@ func TestCRDAgreesWithConstants(t *testing.T) {
 			t.Errorf("%s: api says %q, lock package %v", c.name, c.s, c.d)
 		}
 	}
+	// The sidecar and the webhook accept exactly the consistency levels the CRD offers.
+	for _, e := range cassandra["consistency"].(map[string]any)["enum"].([]any) {
+		check("consistency "+fmt.Sprint(e)+" valid", sidecarcontract.ValidConsistency(batonv1.Consistency(fmt.Sprint(e))), true)
+	}
+	check("consistency choices", strings.ReplaceAll(fmt.Sprint(cassandra["consistency"].(map[string]any)["enum"]), " ", ", "),
+		"["+strings.Replace(sidecarcontract.ConsistencyChoices(), " or ", ", ", 1)+"]")
+	for _, e := range cassandra["serialConsistency"].(map[string]any)["enum"].([]any) {
+		check("serial consistency "+fmt.Sprint(e)+" valid", sidecarcontract.ValidSerialConsistency(batonv1.SerialConsistency(fmt.Sprint(e))), true)
+	}
+	check("serial consistency choices", strings.ReplaceAll(fmt.Sprint(cassandra["serialConsistency"].(map[string]any)["enum"]), " ", ", "),
+		"["+strings.Replace(sidecarcontract.SerialConsistencyChoices(), " or ", ", ", 1)+"]")
 	rule := fmt.Sprint(lease["x-kubernetes-validations"])
 	if !strings.Contains(rule, "duration('"+batonv1.MinLeaseDuration+"')") || !strings.Contains(rule, "duration('"+batonv1.MaxLeaseDuration+"')") {
 		t.Errorf("leaseDuration rule %s does not use bounds %s and %s", rule, batonv1.MinLeaseDuration, batonv1.MaxLeaseDuration)

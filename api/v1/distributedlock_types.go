@@ -425,7 +425,3 @@ type DistributedLockList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []DistributedLock `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&DistributedLock{}, &DistributedLockList{})
-}

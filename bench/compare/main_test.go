@@ -21,6 +21,7 @@ import (
 	"github.com/baton-dev/baton/bench/compare/lwtlock"
 	"github.com/baton-dev/baton/bench/compare/oldalgo"
 	"github.com/baton-dev/baton/internal/localcassandra"
+	"github.com/baton-dev/baton/internal/localwaker"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -132,7 +133,7 @@ func systems(t *testing.T, e *env, lease time.Duration, log logr.Logger) []compa
 	if err != nil {
 		t.Fatal(err)
 	}
-	hinted, err := compare.NewBaton(nameBatonHint, e.stores, lease, lock.NewLocalWaker(), log)
+	hinted, err := compare.NewBaton(nameBatonHint, e.stores, lease, localwaker.New(), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func newReport(cfg Config, systems []System) *Report {
 	return r
 }
 
-// Targets of BRIEF §7 that the tables check for baton's rows.
+// Targets that the tables check for baton's rows (docs/design.md, Targets).
 const (
 	TargetAcquireRatio  = 1.5
 	TargetHandoffP50    = 100 * time.Millisecond

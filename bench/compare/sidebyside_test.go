@@ -21,7 +21,7 @@ import (
 )
 
 var (
-	runFlag     = flag.Bool("compare.run", false, "run the side-by-side comparison of BRIEF §7 (about 9 minutes on two cores; make bench)")
+	runFlag     = flag.Bool("compare.run", false, "run the side-by-side comparison (docs/design.md, Targets) (about 9 minutes on two cores; make bench)")
 	quickFlag   = flag.Bool("compare.quick", false, "with -compare.run: a reduced run of about 3 minutes (p99s on few samples)")
 	leaseFlag   = flag.Duration("compare.lease", 3*time.Second, "lease of every system (whole seconds)")
 	outFlag     = flag.String("compare.out", "", "also write the Markdown tables to this file")

@@ -172,7 +172,7 @@ func (s *countingStore) Queue(ctx context.Context, id string, limit int) ([]lock
 	return s.Store.Queue(ctx, id, limit)
 }
 
-// OldAlgo is the seed's old algorithm (package oldalgo).
+// OldAlgo is the original Cassandra lock's old algorithm (package oldalgo, docs/design.md).
 type OldAlgo struct {
 	sessions []*gocql.Session
 	keyspace string
@@ -189,7 +189,7 @@ func NewOldAlgo(sessions []*gocql.Session, keyspace string, lease time.Duration,
 }
 
 // Name implements System.
-func (o *OldAlgo) Name() string { return "old algorithm (seed listings 3–4)" }
+func (o *OldAlgo) Name() string { return "old algorithm (shadow row, retries)" }
 
 // Contender implements System.
 func (o *OldAlgo) Contender(_ context.Context, lockID string, i int) (Contender, error) {

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testenv"
-	"github.com/baton-dev/baton/sidecar"
 )
 
 var kube = testenv.NewKube()
@@ -24,7 +24,7 @@ func podCondition(t *testing.T, client kubernetes.Interface, ns, name string) co
 		t.Fatal(err)
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == sidecar.ConditionLockHeld {
+		if c.Type == sidecarcontract.ConditionLockHeld {
 			return c.Status
 		}
 	}
@@ -48,7 +48,7 @@ func TestSidecarsDriveReadinessGate(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
 				Containers:     []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
-				ReadinessGates: []corev1.PodReadinessGate{{ConditionType: sidecar.ConditionLockHeld}},
+				ReadinessGates: []corev1.PodReadinessGate{{ConditionType: sidecarcontract.ConditionLockHeld}},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {

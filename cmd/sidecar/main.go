@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/sidecar"
 )
 
@@ -48,20 +49,17 @@ func main() {
 	}
 }
 
-// maxPreStopWait bounds the pre-stop delay.
-const maxPreStopWait = 5 * time.Minute
-
 // preStop is the preStop hook of a sidecar that runs as a regular container (clusters without
 // native sidecars): Kubernetes signals every container at once, so the hook holds back the
 // sidecar's SIGTERM for --wait while the application stops, and the lock is released after it.
 func preStop(args []string) int {
 	fs := flag.NewFlagSet("sidecar pre-stop", flag.ContinueOnError)
-	wait := fs.Duration("wait", 10*time.Second, "how long to hold back the sidecar's shutdown (at most 5m)")
+	wait := fs.Duration("wait", sidecarcontract.DefaultShutdownTimeout, "how long to hold back the sidecar's shutdown (at most 5m)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *wait < 0 || *wait > maxPreStopWait {
-		fmt.Fprintf(os.Stderr, "sidecar pre-stop: --wait=%v: want 0 to %v\n", *wait, maxPreStopWait)
+	if *wait < 0 || *wait > sidecarcontract.MaxShutdownTimeout {
+		fmt.Fprintf(os.Stderr, "sidecar pre-stop: --wait=%v: want 0 to %v\n", *wait, sidecarcontract.MaxShutdownTimeout)
 		return 2
 	}
 	time.Sleep(*wait)

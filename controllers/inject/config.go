@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"strings"
@@ -10,11 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/sidecar"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
-
-// maxShutdownTimeout is the longest preStop wait the sidecar's pre-stop command accepts.
-const maxShutdownTimeout = 5 * time.Minute
 
 // Config holds the operator's defaults for every injected sidecar. The zero value of each field
 // other than Image means its default; call Validate when the operator starts, so a bad setting is
@@ -29,15 +27,18 @@ type Config struct {
 	// DefaultResources is used.
 	Resources corev1.ResourceRequirements
 	// Cassandra is the lock store connection a DistributedLock uses unless its spec.cassandra
-	// overrides it field by field.
-	Cassandra CassandraDefaults
+	// overrides it field by field: contact points, keyspace (default "baton"), local data centre,
+	// consistency (default QUORUM) and serial consistency (default SERIAL). It names no Secrets:
+	// the operator's own credentials never reach the pods.
+	Cassandra batonv1.CassandraConnection
 	// NativeSidecars says the cluster runs sidecars as init containers with restartPolicy Always
 	// (Kubernetes ≥ 1.29). When false, the sidecar is a regular container with a preStop hook, and
 	// nothing holds a Blocking-mode app back until the locks are held.
 	NativeSidecars bool
 	// ShutdownTimeout bounds how long the sidecar may take to release its locks at SIGTERM and,
 	// on clusters without native sidecars, how long its preStop hook holds back its shutdown while
-	// the app stops. Default 10s, at most 5m. Both together must fit in the pod's
+	// the app stops. Default 10s (sidecarcontract.DefaultShutdownTimeout), at most 5m
+	// (sidecarcontract.MaxShutdownTimeout). Both together must fit in the pod's
 	// terminationGracePeriodSeconds (30s unless the pod says otherwise).
 	ShutdownTimeout time.Duration
 	// GlobalNamespaces are the namespaces whose DistributedLocks may use scope Global; "*" allows
@@ -67,36 +68,11 @@ func (c Config) globalScopeProblem(namespace string) string {
 	return fmt.Sprintf("spec.scope Global is not allowed in namespace %q: the operator allows it in %s (operator flag --global-namespaces); use scope Namespace or ask the cluster admin", namespace, allowed)
 }
 
-// CassandraDefaults is the operator's default lock store connection.
-type CassandraDefaults struct {
-	// ContactPoints are "host" or "host:port" entries. A DistributedLock without its own
-	// contactPoints cannot be injected when this is empty.
-	ContactPoints []string
-	// Keyspace holding baton's tables; default "baton".
-	Keyspace string
-	// LocalDC is the preferred data center; required by LOCAL_QUORUM and LOCAL_SERIAL.
-	LocalDC string
-	// Consistency of lock reads and commits; default QUORUM.
-	Consistency batonv1.Consistency
-	// SerialConsistency of the Paxos phase; default SERIAL.
-	SerialConsistency batonv1.SerialConsistency
-}
-
-// StoreConnection is the lock store connection of one DistributedLock: the operator's defaults
-// overridden field by field by spec.cassandra. The sidecar and the operator's status reader both
-// connect with it.
-type StoreConnection struct {
-	CassandraDefaults
-	// Credentials and TLS name Secrets in the DistributedLock's namespace, or are nil.
-	Credentials *batonv1.CredentialsSecretRef
-	TLS         *batonv1.TLSSecretRef
-}
-
-// StoreConnection merges dl's spec.cassandra over c's Cassandra defaults (with c's own defaults
-// filled in). It does not validate the result; Inject does.
-func (c Config) StoreConnection(dl *batonv1.DistributedLock) StoreConnection {
-	d := c.withDefaults().Cassandra
-	out := StoreConnection{CassandraDefaults: d}
+// StoreConnection returns the lock store connection of dl: spec.cassandra merged field by field
+// over c's Cassandra defaults (with c's own defaults filled in). Its Secret references are dl's,
+// in dl's namespace. It does not validate the result; Inject does.
+func (c Config) StoreConnection(dl *batonv1.DistributedLock) batonv1.CassandraConnection {
+	out := c.withDefaults().Cassandra
 	o := dl.Spec.Cassandra
 	if o == nil {
 		return out
@@ -104,11 +80,11 @@ func (c Config) StoreConnection(dl *batonv1.DistributedLock) StoreConnection {
 	if len(o.ContactPoints) > 0 {
 		out.ContactPoints = o.ContactPoints
 	}
-	out.Keyspace = or(o.Keyspace, d.Keyspace)
-	out.LocalDC = or(o.LocalDC, d.LocalDC)
-	out.Consistency = or(o.Consistency, d.Consistency)
-	out.SerialConsistency = or(o.SerialConsistency, d.SerialConsistency)
-	out.Credentials, out.TLS = o.CredentialsSecretRef, o.TLSSecretRef
+	out.Keyspace = cmp.Or(o.Keyspace, out.Keyspace)
+	out.LocalDC = cmp.Or(o.LocalDC, out.LocalDC)
+	out.Consistency = cmp.Or(o.Consistency, out.Consistency)
+	out.SerialConsistency = cmp.Or(o.SerialConsistency, out.SerialConsistency)
+	out.CredentialsSecretRef, out.TLSSecretRef = o.CredentialsSecretRef, o.TLSSecretRef
 	return out
 }
 
@@ -135,17 +111,12 @@ func (c Config) withDefaults() Config {
 		c.Resources = DefaultResources()
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = sidecar.DefaultShutdownTimeout
+		c.ShutdownTimeout = sidecarcontract.DefaultShutdownTimeout
 	}
-	if c.Cassandra.Keyspace == "" {
-		c.Cassandra.Keyspace = "baton"
-	}
-	if c.Cassandra.Consistency == "" {
-		c.Cassandra.Consistency = batonv1.ConsistencyQuorum
-	}
-	if c.Cassandra.SerialConsistency == "" {
-		c.Cassandra.SerialConsistency = batonv1.SerialConsistencySerial
-	}
+	// The sidecar's own defaults, so that an injected sidecar runs as one started by hand.
+	c.Cassandra.Keyspace = cmp.Or(c.Cassandra.Keyspace, sidecarcontract.Keyspace.Default())
+	c.Cassandra.Consistency = cmp.Or(c.Cassandra.Consistency, batonv1.Consistency(sidecarcontract.Consistency.Default()))
+	c.Cassandra.SerialConsistency = cmp.Or(c.Cassandra.SerialConsistency, batonv1.SerialConsistency(sidecarcontract.SerialConsistency.Default()))
 	return c
 }
 
@@ -162,19 +133,13 @@ func (c Config) Validate() error {
 	default:
 		p.add("image pull policy %q: use Always, IfNotPresent or Never", c.ImagePullPolicy)
 	}
-	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > maxShutdownTimeout {
-		p.add("shutdown timeout %v: use a positive duration up to %v", c.ShutdownTimeout, maxShutdownTimeout)
+	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > sidecarcontract.MaxShutdownTimeout {
+		p.add("shutdown timeout %v: use a positive duration up to %v", c.ShutdownTimeout, sidecarcontract.MaxShutdownTimeout)
 	}
-	for _, h := range c.Cassandra.ContactPoints {
-		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, ", \t\n") {
-			p.add("Cassandra contact point %q: give a host or host:port without commas or spaces", h)
-		}
-	}
-	if !validConsistency(c.Cassandra.Consistency) {
-		p.add("Cassandra consistency %q: use QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL", c.Cassandra.Consistency)
-	}
-	if !validSerial(c.Cassandra.SerialConsistency) {
-		p.add("Cassandra serial consistency %q: use SERIAL or LOCAL_SERIAL", c.Cassandra.SerialConsistency)
+	p.contactPoints(c.Cassandra.ContactPoints)
+	p.consistencies(c.Cassandra.Consistency, c.Cassandra.SerialConsistency)
+	if c.Cassandra.CredentialsSecretRef != nil || c.Cassandra.TLSSecretRef != nil {
+		p.add("the default Cassandra connection names Secrets: the operator's own credentials come from its files, and a DistributedLock names its own Secrets in spec.cassandra")
 	}
 	for _, ns := range c.GlobalNamespaces {
 		if ns != "*" && !dns1123Label.MatchString(ns) {
@@ -186,14 +151,22 @@ func (c Config) Validate() error {
 
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
-func validConsistency(c batonv1.Consistency) bool {
-	switch c {
-	case batonv1.ConsistencyQuorum, batonv1.ConsistencyLocalQuorum, batonv1.ConsistencyEachQuorum, batonv1.ConsistencyAll:
-		return true
+// contactPoints adds a problem for each contact point that cannot be passed on in the sidecar's
+// comma-separated BATON_CASSANDRA_HOSTS.
+func (p *problems) contactPoints(hosts []string) {
+	for _, h := range hosts {
+		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, ", \t\n") {
+			p.add("Cassandra contact point %q: give a host or host:port without commas or spaces", h)
+		}
 	}
-	return false
 }
 
-func validSerial(s batonv1.SerialConsistency) bool {
-	return s == batonv1.SerialConsistencySerial || s == batonv1.SerialConsistencyLocalSerial
+// consistencies adds a problem for a consistency level a lock cannot use.
+func (p *problems) consistencies(c batonv1.Consistency, s batonv1.SerialConsistency) {
+	if !sidecarcontract.ValidConsistency(c) {
+		p.add("Cassandra consistency %q: use %s", c, sidecarcontract.ConsistencyChoices())
+	}
+	if !sidecarcontract.ValidSerialConsistency(s) {
+		p.add("Cassandra serial consistency %q: use %s", s, sidecarcontract.SerialConsistencyChoices())
+	}
 }

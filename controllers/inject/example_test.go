@@ -29,7 +29,7 @@ func Example() {
 	}
 	cfg := inject.Config{
 		Image:          "ghcr.io/baton-dev/baton:v0.1.0",
-		Cassandra:      inject.CassandraDefaults{ContactPoints: []string{"cassandra.baton-system:9042"}},
+		Cassandra:      batonv1.CassandraConnection{ContactPoints: []string{"cassandra.baton-system:9042"}},
 		NativeSidecars: true,
 	}
 	out, err := inject.Inject(pod, dl, cfg)

@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -14,19 +15,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/sidecar"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
 // Names of what Inject adds to a pod (BRIEF §1).
 const (
 	// ContainerName is the sidecar container.
 	ContainerName = "baton"
-	// SocketVolume is the emptyDir that holds the sidecar's API socket.
+	// SocketVolume is the emptyDir that holds the sidecar's API socket; it is mounted on
+	// sidecarcontract.SocketDir in the sidecar and every app container.
 	SocketVolume = "baton-socket"
-	// SocketDir is where SocketVolume is mounted in the sidecar and every app container.
-	SocketDir = "/var/run/baton"
-	// SocketPath is the sidecar's API socket; apps find it in BATON_SOCKET.
-	SocketPath = sidecar.DefaultSocketPath
 	// CredentialsVolume mounts spec.cassandra.credentialsSecretRef's Secret into the sidecar.
 	CredentialsVolume = "baton-cassandra-credentials"
 	// CredentialsDir is where CredentialsVolume is mounted, read-only.
@@ -35,9 +33,6 @@ const (
 	TLSVolume = "baton-cassandra-tls"
 	// TLSDir is where TLSVolume is mounted, read-only.
 	TLSDir = "/etc/baton/cassandra-tls"
-	// ReadinessGate is the pod readiness gate of the ReadinessGate traffic policy; the sidecar
-	// sets the condition.
-	ReadinessGate = sidecar.ConditionLockHeld
 	// SidecarUser is the uid and gid the sidecar runs as (the image's user). Its socket is 0660
 	// and owned by this group, so Inject adds the group to the pod's supplemental groups: every
 	// app container, whatever user it runs as, can use the socket.
@@ -48,11 +43,11 @@ const (
 	TokenVolume = "baton-kube-api-access"
 	// TokenDir is where TokenVolume is mounted in the sidecar: where Kubernetes clients look.
 	TokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-	// EnvSocket and EnvLocks are the environment of every app container: the socket path and the
-	// comma-separated lock IDs of the DistributedLock.
-	EnvSocket = "BATON_SOCKET"
-	EnvLocks  = "BATON_LOCKS"
 )
+
+// readinessGate is the pod readiness gate of the ReadinessGate traffic policy; the sidecar sets
+// the condition.
+const readinessGate corev1.PodConditionType = sidecarcontract.ConditionLockHeld
 
 // Binaries in the sidecar image (see the Dockerfile).
 const (
@@ -102,7 +97,7 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 
 	out := pod.DeepCopy()
 	spec := &out.Spec
-	socketMount := corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir}
+	socketMount := corev1.VolumeMount{Name: SocketVolume, MountPath: sidecarcontract.SocketDir}
 
 	// 1. Volumes: the socket directory, and the Secrets the sidecar reads.
 	setVolume(&spec.Volumes, corev1.Volume{
@@ -135,8 +130,8 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 		if err := setMount(c, socketMount); err != nil {
 			return nil, err
 		}
-		setEnv(&c.Env, corev1.EnvVar{Name: EnvSocket, Value: SocketPath})
-		setEnv(&c.Env, corev1.EnvVar{Name: EnvLocks, Value: strings.Join(s.lockIDs, ",")})
+		setEnv(&c.Env, corev1.EnvVar{Name: sidecarcontract.EnvSocket, Value: sidecarcontract.SocketPath})
+		setEnv(&c.Env, corev1.EnvVar{Name: sidecarcontract.EnvLocks, Value: strings.Join(s.lockIDs, ",")})
 	}
 
 	// 3. The sidecar.
@@ -159,8 +154,8 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 	}
 
 	// 4. Traffic: only the holder is Ready under the ReadinessGate policy.
-	if s.traffic == batonv1.TrafficReadinessGate && !hasReadinessGate(spec, ReadinessGate) {
-		spec.ReadinessGates = append(spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: ReadinessGate})
+	if s.traffic == batonv1.TrafficReadinessGate && !hasReadinessGate(spec, readinessGate) {
+		spec.ReadinessGates = append(spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: readinessGate})
 	}
 
 	// 5. Mark the pod, so that it is never injected twice.
@@ -236,18 +231,16 @@ func tokenVolume() corev1.Volume {
 
 // settings is a DistributedLock resolved against the operator's defaults.
 type settings struct {
-	name                string
-	lockIDs             []string
-	mode                batonv1.LockMode
-	lease               time.Duration
-	scope               batonv1.LockScope
-	traffic             batonv1.TrafficPolicy
-	hosts               []string
-	keyspace, localDC   string
-	consistency, serial string
-	clusterName         string // status.cassandraClusterName: the cluster the lock lives on
-	secrets             []secretVolume
-	fileEnv             []corev1.EnvVar // BATON_CASSANDRA_*_FILE and TLS paths
+	name        string
+	lockIDs     []string
+	mode        batonv1.LockMode
+	lease       time.Duration
+	scope       batonv1.LockScope
+	traffic     batonv1.TrafficPolicy
+	conn        batonv1.CassandraConnection // the operator's defaults merged with spec.cassandra
+	clusterName string                      // status.cassandraClusterName: the cluster the lock lives on
+	secrets     []secretVolume
+	fileEnv     []corev1.EnvVar // BATON_CASSANDRA_*_FILE and TLS paths
 }
 
 // secretVolume is a Secret mounted read-only into the sidecar.
@@ -255,91 +248,71 @@ type secretVolume struct {
 	volume, secret, dir string
 }
 
-// env is the sidecar's environment; every name is one the sidecar reads (sidecar.Usage).
+// env is the sidecar's environment: one variable of the sidecar contract's settings each, in a
+// fixed order (sidecarcontract.Settings names them all).
 func (s settings) env(cfg Config) []corev1.EnvVar {
-	v := func(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
-	field := func(name, path string) corev1.EnvVar {
-		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+	v := func(setting sidecarcontract.Setting, value string) corev1.EnvVar {
+		return corev1.EnvVar{Name: setting.Env(), Value: value}
+	}
+	field := func(setting sidecarcontract.Setting, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: setting.Env(), ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path},
 		}}
 	}
 	env := []corev1.EnvVar{
-		v("BATON_LOCK_NAME", s.name),
-		v("BATON_LOCK_IDS", strings.Join(s.lockIDs, ",")),
-		v("BATON_MODE", string(s.mode)),
-		v("BATON_LEASE", s.lease.String()),
-		v("BATON_SCOPE", string(s.scope)),
-		v("BATON_TRAFFIC_POLICY", string(s.traffic)),
-		v("BATON_CASSANDRA_HOSTS", strings.Join(s.hosts, ",")),
-		v("BATON_CASSANDRA_KEYSPACE", s.keyspace),
+		v(sidecarcontract.LockName, s.name),
+		v(sidecarcontract.LockIDs, strings.Join(s.lockIDs, ",")),
+		v(sidecarcontract.Mode, string(s.mode)),
+		v(sidecarcontract.Lease, s.lease.String()),
+		v(sidecarcontract.Scope, string(s.scope)),
+		v(sidecarcontract.TrafficPolicy, string(s.traffic)),
+		v(sidecarcontract.CassandraHosts, strings.Join(s.conn.ContactPoints, ",")),
+		v(sidecarcontract.Keyspace, s.conn.Keyspace),
 	}
-	if s.localDC != "" {
-		env = append(env, v("BATON_CASSANDRA_LOCAL_DC", s.localDC))
+	if s.conn.LocalDC != "" {
+		env = append(env, v(sidecarcontract.LocalDC, s.conn.LocalDC))
 	}
 	env = append(env,
-		v("BATON_CASSANDRA_CONSISTENCY", s.consistency),
-		v("BATON_CASSANDRA_SERIAL_CONSISTENCY", s.serial),
+		v(sidecarcontract.Consistency, string(s.conn.Consistency)),
+		v(sidecarcontract.SerialConsistency, string(s.conn.SerialConsistency)),
 	)
 	if s.clusterName != "" {
 		// The sidecar refuses to start on any other cluster: edited contact points cannot move
 		// new pods to another cluster while old pods hold the lock on this one.
-		env = append(env, v("BATON_CASSANDRA_CLUSTER_NAME", s.clusterName))
+		env = append(env, v(sidecarcontract.ClusterName, s.clusterName))
 	}
 	env = append(env, s.fileEnv...)
 	return append(env,
-		field("POD_NAMESPACE", "metadata.namespace"),
-		field("POD_NAME", "metadata.name"),
-		field("POD_UID", "metadata.uid"),
-		v("BATON_SOCKET", SocketPath),
-		v("BATON_SHUTDOWN_TIMEOUT", cfg.ShutdownTimeout.String()),
+		field(sidecarcontract.PodNamespace, "metadata.namespace"),
+		field(sidecarcontract.PodName, "metadata.name"),
+		field(sidecarcontract.PodUID, "metadata.uid"),
+		v(sidecarcontract.Socket, sidecarcontract.SocketPath),
+		v(sidecarcontract.ShutdownTimeout, cfg.ShutdownTimeout.String()),
 	)
 }
 
-// Compiled once: resolve runs on every admitted pod.
-var (
-	lockIDPattern   = regexp.MustCompile(batonv1.LockIDPattern)
-	keyspacePattern = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
-)
+// keyspacePattern is compiled once: resolve runs on every admitted pod.
+var keyspacePattern = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
 
 // resolve validates dl and merges it with the operator's defaults, reporting every problem at
 // once.
 func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 	var p problems
 	sp := dl.Spec
-	conn := cfg.StoreConnection(dl)
 	s := settings{
 		name:        dl.Name,
 		lockIDs:     sp.LockIDs,
-		mode:        or(sp.Mode, batonv1.ModeBlocking),
-		scope:       or(sp.Scope, batonv1.ScopeNamespace),
-		traffic:     or(sp.TrafficPolicy, batonv1.TrafficReadinessGate),
-		hosts:       conn.ContactPoints,
-		keyspace:    conn.Keyspace,
-		localDC:     conn.LocalDC,
-		consistency: string(conn.Consistency),
-		serial:      string(conn.SerialConsistency),
+		mode:        cmp.Or(sp.Mode, batonv1.ModeBlocking),
+		scope:       cmp.Or(sp.Scope, batonv1.ScopeNamespace),
+		traffic:     cmp.Or(sp.TrafficPolicy, batonv1.TrafficReadinessGate),
+		conn:        cfg.StoreConnection(dl),
 		clusterName: dl.Status.CassandraClusterName,
 	}
 	if dl.Name == "" {
 		p.add("metadata.name is empty")
 	}
-
-	seen := make(map[string]bool, len(sp.LockIDs))
-	switch n := len(sp.LockIDs); {
-	case n == 0:
-		p.add("spec.lockIds is empty: declare 1 to %d lock IDs", batonv1.MaxLockIDs)
-	case n > batonv1.MaxLockIDs:
-		p.add("spec.lockIds has %d IDs: at most %d", n, batonv1.MaxLockIDs)
-	}
-	for _, id := range sp.LockIDs {
-		if !lockIDPattern.MatchString(id) {
-			p.add("spec.lockIds has %q: a lock ID is 1 to %d letters, digits, '.', '_' or '-', beginning and ending with a letter or digit",
-				id, batonv1.MaxLockIDLength)
-		}
-		if seen[id] {
-			p.add("spec.lockIds names %q twice", id)
-		}
-		seen[id] = true
+	for _, problem := range sidecarcontract.LockIDProblems(sp.LockIDs) {
+		p.add("spec.lockIds %s", problem)
 	}
 	if s.mode != batonv1.ModeBlocking && s.mode != batonv1.ModeTry {
 		p.add("spec.mode %q: use Blocking or Try", s.mode)
@@ -379,8 +352,8 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 			}
 			s.secrets = append(s.secrets, secretVolume{CredentialsVolume, ref.Name, CredentialsDir})
 			s.fileEnv = append(s.fileEnv,
-				corev1.EnvVar{Name: "BATON_CASSANDRA_USERNAME_FILE", Value: path.Join(CredentialsDir, or(ref.UsernameKey, "username"))},
-				corev1.EnvVar{Name: "BATON_CASSANDRA_PASSWORD_FILE", Value: path.Join(CredentialsDir, or(ref.PasswordKey, "password"))},
+				corev1.EnvVar{Name: sidecarcontract.UsernameFile.Env(), Value: path.Join(CredentialsDir, cmp.Or(ref.UsernameKey, "username"))},
+				corev1.EnvVar{Name: sidecarcontract.PasswordFile.Env(), Value: path.Join(CredentialsDir, cmp.Or(ref.PasswordKey, "password"))},
 			)
 		}
 		if ref := c.TLSSecretRef; ref != nil {
@@ -389,33 +362,25 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 			}
 			s.secrets = append(s.secrets, secretVolume{TLSVolume, ref.Name, TLSDir})
 			s.fileEnv = append(s.fileEnv,
-				corev1.EnvVar{Name: "BATON_CASSANDRA_TLS_CA", Value: path.Join(TLSDir, or(ref.CAKey, "ca.crt"))},
-				corev1.EnvVar{Name: "BATON_CASSANDRA_TLS_CERT", Value: path.Join(TLSDir, or(ref.CertKey, "tls.crt"))},
-				corev1.EnvVar{Name: "BATON_CASSANDRA_TLS_KEY", Value: path.Join(TLSDir, or(ref.KeyKey, "tls.key"))},
+				corev1.EnvVar{Name: sidecarcontract.TLSCA.Env(), Value: path.Join(TLSDir, cmp.Or(ref.CAKey, "ca.crt"))},
+				corev1.EnvVar{Name: sidecarcontract.TLSCert.Env(), Value: path.Join(TLSDir, cmp.Or(ref.CertKey, "tls.crt"))},
+				corev1.EnvVar{Name: sidecarcontract.TLSKey.Env(), Value: path.Join(TLSDir, cmp.Or(ref.KeyKey, "tls.key"))},
 			)
 		}
 	}
-	if len(s.hosts) == 0 {
+	c := s.conn
+	if len(c.ContactPoints) == 0 {
 		p.add("no Cassandra contact points: set spec.cassandra.contactPoints or the operator's default contact points")
 	}
-	for _, h := range s.hosts {
-		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, ", \t\n") {
-			p.add("Cassandra contact point %q: give a host or host:port without commas or spaces", h)
-		}
+	p.contactPoints(c.ContactPoints)
+	if !keyspacePattern.MatchString(c.Keyspace) {
+		p.add("Cassandra keyspace %q: a letter, then up to 47 letters, digits or '_'", c.Keyspace)
 	}
-	if !keyspacePattern.MatchString(s.keyspace) {
-		p.add("Cassandra keyspace %q: a letter, then up to 47 letters, digits or '_'", s.keyspace)
+	p.consistencies(c.Consistency, c.SerialConsistency)
+	if c.LocalDC == "" && sidecarcontract.NeedsLocalDC(c.Consistency, c.SerialConsistency) {
+		p.add("Cassandra consistency %s/%s is local to a data center: set spec.cassandra.localDC", c.Consistency, c.SerialConsistency)
 	}
-	if !validConsistency(batonv1.Consistency(s.consistency)) {
-		p.add("Cassandra consistency %q: use QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL", s.consistency)
-	}
-	if !validSerial(batonv1.SerialConsistency(s.serial)) {
-		p.add("Cassandra serial consistency %q: use SERIAL or LOCAL_SERIAL", s.serial)
-	}
-	if s.localDC == "" && (s.consistency == string(batonv1.ConsistencyLocalQuorum) || s.serial == string(batonv1.SerialConsistencyLocalSerial)) {
-		p.add("Cassandra consistency %s/%s is local to a data center: set spec.cassandra.localDC", s.consistency, s.serial)
-	}
-	if s.scope == batonv1.ScopeGlobal && s.serial == string(batonv1.SerialConsistencyLocalSerial) {
+	if s.scope == batonv1.ScopeGlobal && c.SerialConsistency == batonv1.SerialConsistencyLocalSerial {
 		// The CRD refuses this in spec; here it may come from the operator's default.
 		p.add("serial consistency LOCAL_SERIAL with scope Global: a Global lock is shared across data centers and clusters, and LOCAL_SERIAL makes it exclusive only within one data center; set spec.cassandra.serialConsistency: SERIAL")
 	}
@@ -480,12 +445,4 @@ func hasReadinessGate(spec *corev1.PodSpec, condition corev1.PodConditionType) b
 		}
 	}
 	return false
-}
-
-// or returns v, or def when v is empty.
-func or[T ~string](v, def T) T {
-	if v == "" {
-		return def
-	}
-	return v
 }

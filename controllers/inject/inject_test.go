@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/testpki"
 	"github.com/baton-dev/baton/sidecar"
 )
 
@@ -33,7 +35,7 @@ const goldenSuffix = ".injected"
 func testConfig(name string) Config {
 	return Config{
 		Image: "ghcr.io/baton-dev/baton:v0.1.0",
-		Cassandra: CassandraDefaults{
+		Cassandra: batonv1.CassandraConnection{
 			ContactPoints: []string{"cassandra-0.cassandra.baton-system.svc:9042", "cassandra-1.cassandra.baton-system.svc:9042"},
 		},
 		NativeSidecars:   !strings.HasPrefix(name, "old-cluster"),
@@ -332,6 +334,12 @@ func TestSidecarAcceptsInjectedEnv(t *testing.T) {
 	for _, c := range loadCases(t) {
 		cases[c.name] = c
 	}
+	// What the mounted Secrets hold, by the variable that names the file.
+	ca := testpki.NewCA(t)
+	client := ca.Issue(t, "baton")
+	secrets := map[string][]byte{sidecarcontract.TLSCA.Env(): ca.PEM, sidecarcontract.TLSCert.Env(): client.Cert,
+		sidecarcontract.TLSKey.Env(): client.Key, sidecarcontract.UsernameFile.Env(): []byte("baton"),
+		sidecarcontract.PasswordFile.Env(): []byte("s3cret")}
 	for name, p := range injected(t) {
 		dir := t.TempDir()
 		env := map[string]string{}
@@ -342,13 +350,11 @@ func TestSidecarAcceptsInjectedEnv(t *testing.T) {
 			}
 			for _, mounted := range []string{CredentialsDir, TLSDir} {
 				if strings.HasPrefix(v, mounted+"/") {
-					v = filepath.Join(dir, strings.TrimPrefix(v, "/"))
-					if err := os.MkdirAll(filepath.Dir(v), 0o755); err != nil {
-						t.Fatal(err)
+					content, ok := secrets[e.Name]
+					if !ok {
+						t.Fatalf("%s: %s names a file in %s that the test does not know", name, e.Name, mounted)
 					}
-					if err := os.WriteFile(v, []byte("x"), 0o600); err != nil {
-						t.Fatal(err)
-					}
+					v = testpki.WriteFile(t, dir, strings.TrimPrefix(v, "/"), content)
 				}
 			}
 			env[e.Name] = v
@@ -358,8 +364,15 @@ func TestSidecarAcceptsInjectedEnv(t *testing.T) {
 			t.Errorf("%s: the sidecar rejects the injected env: %v", name, err)
 			continue
 		}
-		if o.SocketPath != SocketPath || o.Pod.UID != "0c1d" {
+		if o.SocketPath != sidecarcontract.SocketPath || o.Pod.UID != "0c1d" {
 			t.Errorf("%s: sidecar options %+v", name, o)
+		}
+		// The mounted credentials and TLS material reach the sidecar's connection.
+		if _, ok := env[sidecarcontract.UsernameFile.Env()]; ok && (o.Cassandra.Username != "baton" || o.Cassandra.Password != "s3cret") {
+			t.Errorf("%s: the sidecar did not read the mounted credentials: user %q", name, o.Cassandra.Username)
+		}
+		if _, ok := env[sidecarcontract.TLSCA.Env()]; ok && (o.Cassandra.TLS == nil || o.Cassandra.TLS.Cert == nil) {
+			t.Errorf("%s: the sidecar did not read the mounted TLS material: %+v", name, o.Cassandra.TLS)
 		}
 		// The cluster the operator recorded for the lock reaches the sidecar, which refuses any other.
 		if want := cases[name].dl.Status.CassandraClusterName; o.Cassandra.ClusterName != want {
@@ -461,11 +474,13 @@ func TestInjectErrors(t *testing.T) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ContainerName})
 		}, is: ErrConflict, message: "already has a container"},
 		{name: "socket dir taken", pod: func(p *corev1.Pod) {
-			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "run", MountPath: SocketDir + "/"}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "run", MountPath: sidecarcontract.SocketDir + "/"}}
 		}, is: ErrConflict, message: `mounts volume "run"`},
 		{name: "no image", cfg: func(c *Config) { c.Image = "" }, is: ErrInvalidConfig, message: "sidecar image is empty"},
 		{name: "long shutdown", cfg: func(c *Config) { c.ShutdownTimeout = time.Hour }, is: ErrInvalidConfig, message: "shutdown timeout 1h0m0s"},
 		{name: "bad consistency", cfg: func(c *Config) { c.Cassandra.Consistency = "ONE" }, is: ErrInvalidConfig, message: `"ONE"`},
+		{name: "default connection with a Secret", cfg: func(c *Config) { c.Cassandra.TLSSecretRef = &batonv1.TLSSecretRef{Name: "tls"} },
+			is: ErrInvalidConfig, message: "default Cassandra connection names Secrets"},
 		{name: "global not allowed", dl: func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal },
 			cfg: func(c *Config) { c.GlobalNamespaces = []string{"shared"} }, is: ErrInvalidLock,
 			message: `spec.scope Global is not allowed in namespace "team-a": the operator allows it in only namespaces shared`},
@@ -525,16 +540,16 @@ func TestMissingLockError(t *testing.T) {
 func TestInjectReplacesAppEnvAndKeepsGate(t *testing.T) {
 	p := appPod()
 	p.Spec.Containers[0].Env = []corev1.EnvVar{
-		{Name: EnvLocks, Value: "old"}, {Name: "A", Value: "1"}, {Name: EnvLocks, Value: "older"},
+		{Name: sidecarcontract.EnvLocks, Value: "old"}, {Name: "A", Value: "1"}, {Name: sidecarcontract.EnvLocks, Value: "older"},
 	}
-	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: SocketVolume, MountPath: SocketDir}}
-	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: ReadinessGate}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: SocketVolume, MountPath: sidecarcontract.SocketDir}}
+	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: readinessGate}}
 	out, err := Inject(p, validLock(), testConfig("unit"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := out.Spec.Containers[0].Env
-	want := []corev1.EnvVar{{Name: EnvLocks, Value: "orders"}, {Name: "A", Value: "1"}, {Name: EnvSocket, Value: SocketPath}}
+	want := []corev1.EnvVar{{Name: sidecarcontract.EnvLocks, Value: "orders"}, {Name: "A", Value: "1"}, {Name: sidecarcontract.EnvSocket, Value: sidecarcontract.SocketPath}}
 	if !reflect.DeepEqual(env, want) {
 		t.Errorf("app env %v, want %v", env, want)
 	}
@@ -584,7 +599,7 @@ func TestStoreConnectionMergesOverride(t *testing.T) {
 	}
 	got = c.StoreConnection(dl)
 	if !reflect.DeepEqual(got.ContactPoints, []string{"x:1"}) || got.Keyspace != "k" || got.Consistency != batonv1.ConsistencyAll ||
-		got.LocalDC != "dc1" || got.SerialConsistency != batonv1.SerialConsistencySerial || got.Credentials == nil || got.Credentials.Name != "creds" || got.TLS != nil {
+		got.LocalDC != "dc1" || got.SerialConsistency != batonv1.SerialConsistencySerial || got.CredentialsSecretRef == nil || got.CredentialsSecretRef.Name != "creds" || got.TLSSecretRef != nil {
 		t.Errorf("override not merged: %+v", got)
 	}
 }
@@ -601,7 +616,7 @@ func TestConfigDefaults(t *testing.T) {
 	if sc.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("pull policy %q", sc.ImagePullPolicy)
 	}
-	if path.Dir(SocketPath) != SocketDir {
-		t.Errorf("socket %s is not in %s", SocketPath, SocketDir)
+	if path.Dir(sidecarcontract.SocketPath) != sidecarcontract.SocketDir {
+		t.Errorf("socket %s is not in %s", sidecarcontract.SocketPath, sidecarcontract.SocketDir)
 	}
 }

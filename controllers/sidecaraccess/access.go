@@ -129,16 +129,10 @@ func managed(obj metav1.Object) bool {
 	return l[LabelManagedBy] == ManagedBy
 }
 
-// withOwnLabels returns labels with the Reconciler's labels set, and whether anything changed.
-func withOwnLabels(labels map[string]string) (map[string]string, bool) {
+// withOwnLabels returns a copy of labels with the Reconciler's labels set.
+func withOwnLabels(labels map[string]string) map[string]string {
 	out := make(map[string]string, len(labels)+2)
 	maps.Copy(out, labels)
-	changed := false
-	for k, v := range ownLabels() {
-		if out[k] != v {
-			out[k] = v
-			changed = true
-		}
-	}
-	return out, changed
+	maps.Copy(out, ownLabels())
+	return out
 }

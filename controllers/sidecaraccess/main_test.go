@@ -22,7 +22,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
 	"github.com/baton-dev/baton/internal/manifests"
 	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/operator"
 )
 
 var kube = testenv.NewKubeWithCRDs("../../config/crd/bases")
@@ -157,14 +157,14 @@ func (e *environment) start(cfg *rest.Config) error {
 	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{
 		Scheme:                 e.scheme,
 		Logger:                 log,
-		Cache:                  cache.Options{ByObject: sidecaraccess.CacheByObject()},
+		Cache:                  operator.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
 	if err != nil {
 		return err
 	}
-	r := &sidecaraccess.Reconciler{Client: mgr.GetClient(), Log: log}
+	r := &sidecaraccess.Reconciler{Client: mgr.GetClient()}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}

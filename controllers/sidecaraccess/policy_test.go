@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecar"
 )
@@ -82,7 +83,7 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 	})
 
 	// The sidecar of pod a, writing with the sidecar's own code, may set its own condition.
-	gateA := newGate(t, asA, a, sidecar.ReadinessGate)
+	gateA := newGate(t, asA, a, batonv1.TrafficReadinessGate)
 	if err := gateA.Apply(ctx, held); err != nil {
 		t.Fatalf("sidecar of pod a setting its own condition: %v", err)
 	}
@@ -93,7 +94,7 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 	expectCondition(t, f, a, "False")
 
 	// ... but not another pod's, even with the same service account.
-	err = newGate(t, asA, b, sidecar.ReadinessGate).Apply(ctx, held)
+	err = newGate(t, asA, b, batonv1.TrafficReadinessGate).Apply(ctx, held)
 	expectPolicyDenial(t, "pod a's token setting pod b's condition", err, "this token is bound to pod a, not to pod b")
 	expectNotHeld(t, f, b)
 
@@ -109,7 +110,7 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 	}
 
 	// Under ReadinessGate the Role has no patch on pods: RBAC refuses label changes.
-	err = newGate(t, asA, a, sidecar.Label).Apply(ctx, held)
+	err = newGate(t, asA, a, batonv1.TrafficLabel).Apply(ctx, held)
 	expectRBACDenial(t, "pod a's token setting its label under ReadinessGate", err)
 
 	// The Label traffic policy: the sidecar may set its own pod's baton.dev/role label.
@@ -118,7 +119,7 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
-	labelGateA := newGate(t, asA, a, sidecar.Label)
+	labelGateA := newGate(t, asA, a, batonv1.TrafficLabel)
 	eventually(t, "pod a's sidecar sets its role label (once RBAC has the new rule)", func(ctx context.Context) (bool, string) {
 		err := labelGateA.Apply(ctx, held)
 		return err == nil, fmt.Sprintf("apply: %v", err)
@@ -130,7 +131,7 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 	expectLabel(t, f, a, "standby")
 
 	// ... not another pod's label ...
-	err = newGate(t, asA, b, sidecar.Label).Apply(ctx, held)
+	err = newGate(t, asA, b, batonv1.TrafficLabel).Apply(ctx, held)
 	expectPolicyDenial(t, "pod a's token setting pod b's label", err, "this token is bound to pod a, not to pod b")
 
 	// ... and nothing else of its own pod.
@@ -231,7 +232,7 @@ func tokenClient(t *testing.T, f fixture, bearerToken string) kubernetes.Interfa
 }
 
 // newGate is the sidecar's gate for pod, writing with cs.
-func newGate(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, policy sidecar.TrafficPolicy) *sidecar.Gate {
+func newGate(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, policy batonv1.TrafficPolicy) *sidecar.Gate {
 	t.Helper()
 	opts, err := sidecar.ParseOptions([]string{
 		"--locks=job", "--cassandra-hosts=127.0.0.1", "--traffic-policy=" + string(policy),
@@ -249,7 +250,7 @@ func newGate(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, policy side
 
 // conditionPatch is a strategic-merge patch of the baton.dev/lock-held condition.
 func conditionPatch(status, reason string) string {
-	return fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q}]}}`, sidecar.ConditionLockHeld, status, reason)
+	return fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q}]}}`, sidecarcontract.ConditionLockHeld, status, reason)
 }
 
 func patchStatus(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, patch string) error {
@@ -294,14 +295,14 @@ func expectCondition(t *testing.T, f fixture, pod *corev1.Pod, status corev1.Con
 		t.Fatal(err)
 	}
 	for _, c := range got.Status.Conditions {
-		if c.Type == sidecar.ConditionLockHeld {
+		if c.Type == sidecarcontract.ConditionLockHeld {
 			if c.Status != status {
 				t.Errorf("pod %s: condition %s is %s, want %s", pod.Name, c.Type, c.Status, status)
 			}
 			return
 		}
 	}
-	t.Errorf("pod %s: no condition %s, want %s (conditions: %v)", pod.Name, sidecar.ConditionLockHeld, status, got.Status.Conditions)
+	t.Errorf("pod %s: no condition %s, want %s (conditions: %v)", pod.Name, sidecarcontract.ConditionLockHeld, status, got.Status.Conditions)
 }
 
 // expectNotHeld checks that pod's baton.dev/lock-held condition is absent or not True.
@@ -312,7 +313,7 @@ func expectNotHeld(t *testing.T, f fixture, pod *corev1.Pod) {
 		t.Fatal(err)
 	}
 	for _, c := range got.Status.Conditions {
-		if c.Type == sidecar.ConditionLockHeld && c.Status == corev1.ConditionTrue {
+		if c.Type == sidecarcontract.ConditionLockHeld && c.Status == corev1.ConditionTrue {
 			t.Errorf("pod %s: condition %s is True, set by another pod's token", pod.Name, c.Type)
 		}
 	}
@@ -324,7 +325,7 @@ func expectLabel(t *testing.T, f fixture, pod *corev1.Pod, role string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels[sidecar.LabelRole] != role {
-		t.Errorf("pod %s: label %s=%q, want %q", pod.Name, sidecar.LabelRole, got.Labels[sidecar.LabelRole], role)
+	if got.Labels[sidecarcontract.LabelRole] != role {
+		t.Errorf("pod %s: label %s=%q, want %q", pod.Name, sidecarcontract.LabelRole, got.Labels[sidecarcontract.LabelRole], role)
 	}
 }

@@ -2,24 +2,23 @@ package sidecaraccess
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -30,27 +29,16 @@ import (
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "sidecaraccess"
 
-// CacheByObject is the manager cache setup the Reconciler is built for: Pods only with the label
-// baton.dev/injected=true, Roles and RoleBindings only named baton-sidecar. Pass it (merged with
-// other controllers' entries) as cache.Options.ByObject; the Reconciler also works with a full
-// cache, at the cost of caching every pod and RBAC object of the cluster.
-func CacheByObject() map[client.Object]cache.ByObject {
-	own := fields.OneTermEqualSelector("metadata.name", Name)
-	return map[client.Object]cache.ByObject{
-		&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{inject.LabelInjected: "true"})},
-		&rbacv1.Role{}:        {Field: own},
-		&rbacv1.RoleBinding{}: {Field: own},
-	}
-}
-
 // Reconciler keeps the Role and RoleBinding baton-sidecar of each namespace in line with the
 // namespace's DistributedLocks and injected pods (see the package doc). Requests name a namespace
 // (the request's Name is always baton-sidecar); the Reconciler reads the namespace's state from
-// Client, never from the event that woke it.
+// Client, never from the event that woke it. It logs through the logger controller-runtime puts
+// in each reconcile's context.
 type Reconciler struct {
-	// Client reads through the manager's cache (see CacheByObject) and writes to the API server.
+	// Client reads and writes the namespace's objects. Through a manager's cache it needs that
+	// cache to hold the pods labelled baton.dev/injected=true and the Roles and RoleBindings named
+	// baton-sidecar; the operator's cache holds just those (operator.CacheOptions).
 	Client client.Client
-	Log    logr.Logger
 }
 
 // Reading what the namespace holds, and managing the Role and RoleBinding:
@@ -67,7 +55,7 @@ type Reconciler struct {
 // It writes only what differs.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := req.Namespace
-	log := r.Log.WithValues("namespace", ns)
+	log := logf.FromContext(ctx)
 
 	var locks batonv1.DistributedLockList
 	if err := r.Client.List(ctx, &locks, client.InNamespace(ns)); err != nil {
@@ -118,74 +106,74 @@ func handleWriteError(log logr.Logger, err error) (ctrl.Result, error) {
 	return ctrl.Result{}, err
 }
 
+// The Role and RoleBinding are written with controllerutil.CreateOrUpdate rather than server-side
+// apply: it reads through the cache and writes only when the object differs (a reconcile runs on
+// every pod event of the namespace, and an apply would be a request each time), its update is
+// conditioned on the resourceVersion read, so a concurrent change is never overwritten unseen,
+// and the objects are the operator's alone: there are no fields of other managers to share,
+// which is what apply is for.
+
 // ensureRole creates want or updates the Role of its name when its rules or labels differ.
 func (r *Reconciler) ensureRole(ctx context.Context, log logr.Logger, want *rbacv1.Role) error {
-	var have rbacv1.Role
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &have)
-	if apierrors.IsNotFound(err) {
-		if err := r.Client.Create(ctx, want); err != nil {
-			return fmt.Errorf("creating Role %s/%s: %w", want.Namespace, want.Name, err)
-		}
-		log.Info("created sidecar Role", "role", want.Name, "rules", len(want.Rules))
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
+	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, role, func() error {
+		takeOver(log, "Role", role)
+		role.Labels = withOwnLabels(role.Labels)
+		role.Rules = want.Rules
 		return nil
-	}
+	})
 	if err != nil {
-		return fmt.Errorf("reading Role %s/%s: %w", want.Namespace, want.Name, err)
+		return fmt.Errorf("writing Role %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	lbls, relabel := withOwnLabels(have.Labels)
-	if !relabel && equality.Semantic.DeepEqual(have.Rules, want.Rules) {
-		return nil
+	if op != controllerutil.OperationResultNone {
+		log.Info(string(op)+" sidecar Role", "rules", len(want.Rules))
 	}
-	if !managed(&have) {
-		log.Info("taking over Role not created by the operator", "role", have.Name)
-	}
-	upd := have.DeepCopy()
-	upd.Labels = lbls
-	upd.Rules = want.Rules
-	if err := r.Client.Update(ctx, upd); err != nil {
-		return fmt.Errorf("updating Role %s/%s: %w", want.Namespace, want.Name, err)
-	}
-	log.Info("updated sidecar Role", "role", want.Name, "rules", len(want.Rules))
 	return nil
 }
+
+// errRoleRefChanged: the RoleBinding is bound to another role, and roleRef cannot be changed.
+var errRoleRefChanged = errors.New("sidecaraccess: RoleBinding bound to another role")
 
 // ensureRoleBinding creates want or updates the RoleBinding of its name when its subjects or
 // labels differ; a binding to another role is replaced (roleRef cannot be changed).
 func (r *Reconciler) ensureRoleBinding(ctx context.Context, log logr.Logger, want *rbacv1.RoleBinding) error {
-	var have rbacv1.RoleBinding
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &have)
-	if err == nil && have.RoleRef != want.RoleRef {
-		log.Info("replacing RoleBinding bound to another role", "roleBinding", have.Name, "roleRef", have.RoleRef.Kind+"/"+have.RoleRef.Name)
-		if err := r.delete(ctx, "RoleBinding", &have); err != nil {
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
+	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, rb, func() error {
+		if rb.ResourceVersion != "" && rb.RoleRef != want.RoleRef {
+			return errRoleRefChanged
+		}
+		takeOver(log, "RoleBinding", rb)
+		rb.Labels = withOwnLabels(rb.Labels)
+		rb.RoleRef = want.RoleRef
+		rb.Subjects = want.Subjects
+		return nil
+	})
+	if errors.Is(err, errRoleRefChanged) {
+		log.Info("replacing RoleBinding bound to another role", "roleRef", rb.RoleRef.Kind+"/"+rb.RoleRef.Name)
+		if err := r.delete(ctx, "RoleBinding", rb); err != nil {
 			return err
 		}
-		err = apierrors.NewNotFound(rbacv1.Resource("rolebindings"), have.Name)
-	}
-	if apierrors.IsNotFound(err) {
+		// Created here, not by CreateOrUpdate: the cache still holds the binding just deleted.
 		if err := r.Client.Create(ctx, want); err != nil {
 			return fmt.Errorf("creating RoleBinding %s/%s: %w", want.Namespace, want.Name, err)
 		}
-		log.Info("created sidecar RoleBinding", "roleBinding", want.Name, "subjects", subjectNames(want.Subjects))
-		return nil
+		op, err = controllerutil.OperationResultCreated, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading RoleBinding %s/%s: %w", want.Namespace, want.Name, err)
+		return fmt.Errorf("writing RoleBinding %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	lbls, relabel := withOwnLabels(have.Labels)
-	if !relabel && slices.Equal(have.Subjects, want.Subjects) {
-		return nil
+	if op != controllerutil.OperationResultNone {
+		log.Info(string(op)+" sidecar RoleBinding", "subjects", subjectNames(want.Subjects))
 	}
-	if !managed(&have) {
-		log.Info("taking over RoleBinding not created by the operator", "roleBinding", have.Name)
-	}
-	upd := have.DeepCopy()
-	upd.Labels = lbls
-	upd.Subjects = want.Subjects
-	if err := r.Client.Update(ctx, upd); err != nil {
-		return fmt.Errorf("updating RoleBinding %s/%s: %w", want.Namespace, want.Name, err)
-	}
-	log.Info("updated sidecar RoleBinding", "roleBinding", want.Name, "subjects", subjectNames(want.Subjects))
 	return nil
+}
+
+// takeOver logs that obj (of kind), which exists and is about to be written, was not made by the
+// operator.
+func takeOver(log logr.Logger, kind string, obj client.Object) {
+	if obj.GetResourceVersion() != "" && !managed(obj) {
+		log.Info("taking over " + kind + " not created by the operator")
+	}
 }
 
 // deleteOwn deletes the kind (read into obj) named Name in ns, if it exists and carries the
@@ -204,7 +192,7 @@ func (r *Reconciler) deleteOwn(ctx context.Context, log logr.Logger, kind string
 	if err := r.delete(ctx, kind, obj); err != nil {
 		return err
 	}
-	log.Info("deleted sidecar "+kind+": namespace has no DistributedLock and no injected pod", "name", Name)
+	log.Info("deleted sidecar " + kind + ": namespace has no DistributedLock and no injected pod")
 	return nil
 }
 
@@ -267,7 +255,7 @@ func podChanged() predicate.Funcs {
 	}}
 }
 
-// ownName passes only objects named baton-sidecar (the cache of CacheByObject holds no others).
+// ownName passes only objects named baton-sidecar (the operator's cache holds no others).
 func ownName() predicate.Funcs {
 	return predicate.NewPredicateFuncs(func(obj client.Object) bool { return obj.GetName() == Name })
 }

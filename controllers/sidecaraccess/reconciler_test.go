@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
@@ -87,7 +88,7 @@ func TestAccessFollowsLocksAndPods(t *testing.T) {
 // on namespaces whose state is already right: it must not write.
 func TestReconcileWritesOnlyWhatDiffers(t *testing.T) {
 	f := setup(t)
-	ctx := context.Background()
+	ctx := logf.IntoContext(context.Background(), testLogger("direct")) // as a controller would
 	dl := newLock(f.ns, "jobs", batonv1.TrafficLabel)
 	create(t, f.c, dl, newPod(f.ns, "a", "worker", dl.Name, true))
 	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
@@ -112,7 +113,7 @@ func TestReconcileWritesOnlyWhatDiffers(t *testing.T) {
 		},
 	}
 	// Reads go straight to the API server, so they see the state expectAccess saw.
-	r := &sidecaraccess.Reconciler{Client: interceptor.NewClient(f.c, count), Log: testLogger("direct")}
+	r := &sidecaraccess.Reconciler{Client: interceptor.NewClient(f.c, count)}
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: f.ns, Name: "baton-sidecar"}}
 	for range 3 {
 		if _, err := r.Reconcile(ctx, req); err != nil {
@@ -138,4 +139,18 @@ func TestReconcileWritesOnlyWhatDiffers(t *testing.T) {
 	if err := g.c.Get(ctx, client.ObjectKeyFromObject(foreign), &rbacv1.Role{}); err != nil {
 		t.Errorf("foreign Role: %v", err)
 	}
+}
+
+// TestForeignRoleBindingIsReplaced: a RoleBinding named baton-sidecar that binds another role
+// cannot be updated (roleRef is immutable); the Reconciler replaces it and takes it over.
+func TestForeignRoleBindingIsReplaced(t *testing.T) {
+	f := setup(t)
+	foreign := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "baton-sidecar"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: f.ns, Name: "intruder"}},
+	}
+	create(t, f.c, foreign)
+	create(t, f.c, newLock(f.ns, "jobs", batonv1.TrafficReadinessGate), newPod(f.ns, "a", "worker", "jobs", true))
+	expectAccess(t, f, []rbacv1.PolicyRule{statusRule}, "worker")
 }

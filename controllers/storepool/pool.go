@@ -1,16 +1,8 @@
-// Package storepool keeps the operator's Cassandra sessions: one per distinct lock store
-// connection, shared by every DistributedLock that uses it, created on first use (with the schema
-// ensured, when asked) and closed after it has gone unused for a while.
-//
-// The operator only reads lock state and revokes grants through the lock package; it never holds
-// locks, so a session per connection is plenty.
 package storepool
 
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,74 +22,14 @@ const DefaultIdle = 10 * time.Minute
 // closeTimeout bounds closing one session (see cassandrastore.CloseSession).
 const closeTimeout = 5 * time.Second
 
-// Target is one lock store connection with its secrets resolved: the key of a pooled session.
-type Target struct {
-	ContactPoints     []string
-	Keyspace          string
-	LocalDC           string
-	Consistency       string // QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL
-	SerialConsistency string // SERIAL or LOCAL_SERIAL
-	Username          string
-	Password          string
-	// TLS is on when CA or ClientCert is set; PEM bytes.
-	CA, ClientCert, ClientKey []byte
-}
-
-// String describes t for messages, without secrets.
-func (t Target) String() string {
-	auth := ""
-	if t.Username != "" {
-		auth = " as " + t.Username
-	}
-	tlsOn := ""
-	if len(t.CA) > 0 || len(t.ClientCert) > 0 {
-		tlsOn = " over TLS"
-	}
-	return fmt.Sprintf("Cassandra %v keyspace %s%s%s", t.ContactPoints, t.Keyspace, auth, tlsOn)
-}
-
-func (t Target) key() string {
-	b, _ := json.Marshal(t) // plain strings and byte slices: cannot fail
+// key identifies a connection in the pool: every field, secrets and TLS material included.
+func key(c cassandrastore.Connection) string {
+	b, _ := json.Marshal(c) // strings, numbers and byte slices: cannot fail
 	sum := sha256.Sum256(b)
 	return string(sum[:])
 }
 
-// connection turns t into the driver's connection settings.
-func (t Target) connection() (cassandrastore.Connection, error) {
-	cons, err := gocql.ParseConsistencyWrapper(t.Consistency)
-	if err != nil {
-		return cassandrastore.Connection{}, fmt.Errorf("consistency: %w", err)
-	}
-	serial, err := gocql.ParseConsistencyWrapper(t.SerialConsistency)
-	if err != nil {
-		return cassandrastore.Connection{}, fmt.Errorf("serial consistency: %w", err)
-	}
-	c := cassandrastore.Connection{
-		ContactPoints: t.ContactPoints, LocalDC: t.LocalDC,
-		Consistency: cons, SerialConsistency: serial,
-		Username: t.Username, Password: t.Password,
-	}
-	if len(t.CA) > 0 || len(t.ClientCert) > 0 {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if len(t.CA) > 0 {
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(t.CA) {
-				return cassandrastore.Connection{}, errors.New("TLS CA holds no PEM certificate")
-			}
-		}
-		if len(t.ClientCert) > 0 {
-			cert, err := tls.X509KeyPair(t.ClientCert, t.ClientKey)
-			if err != nil {
-				return cassandrastore.Connection{}, fmt.Errorf("TLS client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		c.TLS = tc
-	}
-	return c, nil
-}
-
-// Pool hands out lock stores by Target. It is safe for concurrent use; Close it when done.
+// Pool hands out lock stores by connection. It is safe for concurrent use; Close it when done.
 type Pool struct {
 	log          logr.Logger
 	ensureSchema bool
@@ -146,10 +78,11 @@ func New(opts ...Option) *Pool {
 // ErrClosed is returned by Store after Close.
 var ErrClosed = errors.New("storepool: closed")
 
-// Store returns the lock store of t, connecting on first use. A failed connection is not kept:
-// the next call tries again. Concurrent calls for the same target share one attempt.
-func (p *Pool) Store(ctx context.Context, t Target) (lock.Store, error) {
-	k := t.key()
+// Store returns the lock store of conn, connecting on first use (conn.ClusterName, when set, is
+// checked then). A failed connection is not kept: the next call tries again. Concurrent calls for
+// the same connection share one attempt.
+func (p *Pool) Store(ctx context.Context, conn cassandrastore.Connection) (lock.Store, error) {
+	k := key(conn)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -160,7 +93,7 @@ func (p *Pool) Store(ctx context.Context, t Target) (lock.Store, error) {
 	if !ok {
 		e = &entry{ready: make(chan struct{})}
 		p.entries[k] = e
-		go p.connect(t, k, e)
+		go p.connect(conn, k, e)
 	}
 	e.used = p.now()
 	p.mu.Unlock()
@@ -169,7 +102,7 @@ func (p *Pool) Store(ctx context.Context, t Target) (lock.Store, error) {
 	select {
 	case <-e.ready:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("connecting to %s: %w", t, ctx.Err())
+		return nil, fmt.Errorf("connecting to %s: %w", conn, ctx.Err())
 	}
 	if e.err != nil {
 		return nil, e.err
@@ -178,9 +111,9 @@ func (p *Pool) Store(ctx context.Context, t Target) (lock.Store, error) {
 }
 
 // connect fills e; on failure it drops e from the pool so that the next call retries.
-func (p *Pool) connect(t Target, k string, e *entry) {
+func (p *Pool) connect(conn cassandrastore.Connection, k string, e *entry) {
 	defer close(e.ready)
-	session, store, err := p.open(t)
+	session, store, err := p.open(conn)
 	p.mu.Lock()
 	closed := p.closed
 	if err != nil && p.entries[k] == e {
@@ -193,39 +126,37 @@ func (p *Pool) connect(t Target, k string, e *entry) {
 	}
 	e.session, e.store, e.err = session, store, err
 	if err == nil {
-		p.log.Info("connected to the lock store", "target", t.String())
+		p.log.Info("connected to the lock store", "target", conn.String())
 	}
 }
 
-func (p *Pool) open(t Target) (*gocql.Session, lock.Store, error) {
-	conn, err := t.connection()
+func (p *Pool) open(conn cassandrastore.Connection) (*gocql.Session, lock.Store, error) {
+	cc, err := conn.ClusterConfig()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", t, err)
+		return nil, nil, fmt.Errorf("%s: %w", conn, err)
 	}
-	session, err := conn.ClusterConfig().CreateSession()
+	session, err := cc.CreateSession()
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to %s: %w", t, err)
+		return nil, nil, fmt.Errorf("connecting to %s: %w", conn, err)
 	}
 	// Connection setup has its own timeouts; the schema statements get a generous bound.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts := []cassandrastore.Option{cassandrastore.WithKeyspace(t.Keyspace),
-		cassandrastore.WithConsistency(conn.Consistency), cassandrastore.WithSerialConsistency(conn.SerialConsistency)}
 	// New checks the server before the schema: nothing is created on a Cassandra whose
 	// lightweight transactions are unsafe for a lock (or that cannot be read at all).
-	store, err := cassandrastore.New(ctx, session, opts...)
+	store, err := cassandrastore.New(ctx, session, conn.StoreOptions()...)
 	if p.ensureSchema && (err == nil || errors.Is(err, cassandrastore.ErrSchema)) {
-		if err := cassandrastore.EnsureSchema(ctx, session, t.Keyspace, p.replication); err != nil {
+		if err := cassandrastore.EnsureSchema(ctx, session, conn.Keyspace, p.replication); err != nil {
 			// Without CREATE permission the schema may still exist; New says if it does not.
-			p.log.Error(err, "ensuring the lock schema", "target", t.String())
+			p.log.Error(err, "ensuring the lock schema", "target", conn.String())
 		}
 		if err != nil {
-			store, err = cassandrastore.New(ctx, session, opts...)
+			store, err = cassandrastore.New(ctx, session, conn.StoreOptions()...)
 		}
 	}
 	if err != nil {
 		cassandrastore.CloseSession(session, closeTimeout)
-		return nil, nil, fmt.Errorf("%s: %w", t, err)
+		return nil, nil, fmt.Errorf("%s: %w", conn, err)
 	}
 	return session, store, nil
 }

@@ -28,6 +28,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/controllers/webhook"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testenv"
 )
 
@@ -54,7 +55,7 @@ func TestMain(m *testing.M) {
 func testConfig() inject.Config {
 	return inject.Config{
 		Image:          "ghcr.io/baton-dev/baton:test",
-		Cassandra:      inject.CassandraDefaults{ContactPoints: []string{"cassandra.baton-system:9042"}},
+		Cassandra:      batonv1.CassandraConnection{ContactPoints: []string{"cassandra.baton-system:9042"}},
 		NativeSidecars: true,
 	}
 }
@@ -280,8 +281,8 @@ func TestAnnotatedPodIsInjected(t *testing.T) {
 	for _, e := range got.Spec.Containers[0].Env {
 		env[e.Name] = e.Value
 	}
-	if env[inject.EnvSocket] != inject.SocketPath || env[inject.EnvLocks] != "orders,payments" {
-		t.Errorf("app env = %v, want %s=%s and %s=orders,payments", env, inject.EnvSocket, inject.SocketPath, inject.EnvLocks)
+	if env[sidecarcontract.EnvSocket] != sidecarcontract.SocketPath || env[sidecarcontract.EnvLocks] != "orders,payments" {
+		t.Errorf("app env = %v, want %s=%s and %s=orders,payments", env, sidecarcontract.EnvSocket, sidecarcontract.SocketPath, sidecarcontract.EnvLocks)
 	}
 	var vol bool
 	for _, v := range got.Spec.Volumes {
@@ -292,13 +293,13 @@ func TestAnnotatedPodIsInjected(t *testing.T) {
 	}
 	var mounted bool
 	for _, m := range got.Spec.Containers[0].VolumeMounts {
-		mounted = mounted || (m.Name == inject.SocketVolume && m.MountPath == inject.SocketDir)
+		mounted = mounted || (m.Name == inject.SocketVolume && m.MountPath == sidecarcontract.SocketDir)
 	}
 	if !mounted {
-		t.Errorf("app mounts = %+v, want %s at %s", got.Spec.Containers[0].VolumeMounts, inject.SocketVolume, inject.SocketDir)
+		t.Errorf("app mounts = %+v, want %s at %s", got.Spec.Containers[0].VolumeMounts, inject.SocketVolume, sidecarcontract.SocketDir)
 	}
-	if len(got.Spec.ReadinessGates) != 1 || got.Spec.ReadinessGates[0].ConditionType != inject.ReadinessGate {
-		t.Errorf("readinessGates = %+v, want %s (ReadinessGate, the CRD default)", got.Spec.ReadinessGates, inject.ReadinessGate)
+	if len(got.Spec.ReadinessGates) != 1 || got.Spec.ReadinessGates[0].ConditionType != sidecarcontract.ConditionLockHeld {
+		t.Errorf("readinessGates = %+v, want %s (ReadinessGate, the CRD default)", got.Spec.ReadinessGates, sidecarcontract.ConditionLockHeld)
 	}
 	if got.Annotations[inject.AnnotationInjected] != testConfig().Image {
 		t.Errorf("annotations = %v, want %s", got.Annotations, inject.AnnotationInjected)

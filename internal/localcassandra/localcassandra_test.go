@@ -44,6 +44,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 // cannot start, the test fails under CI=true and is skipped otherwise.
 func startCluster(t *testing.T, cfg localcassandra.Config) *localcassandra.Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs a real Cassandra (make test runs it)")
+	}
 	cfg.DieWithParent = true
 	cfg.Progress = tWriter{t}
 	// Installing (normally a cache hit: make test runs make install-deps first) and starting

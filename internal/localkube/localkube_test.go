@@ -2,6 +2,7 @@ package localkube_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,6 +45,10 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run() // the tests that need the control plane skip themselves
+	}
 	cfg := localkube.Config{Progress: os.Stderr}
 	ictx, icancel := context.WithTimeout(context.Background(), installTimeout)
 	defer icancel()
@@ -68,6 +73,9 @@ func runTests(m *testing.M) int {
 // otherwise.
 func requireControlPlane(t *testing.T) *rest.Config {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs the real control plane (make test runs it)")
+	}
 	if cp.err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("build/start the local Kubernetes control plane: %v", cp.err)

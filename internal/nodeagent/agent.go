@@ -34,6 +34,7 @@ import (
 
 	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/internal/localkube"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/sidecar/api"
 )
 
@@ -234,8 +235,8 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (*Sidecar, error) {
 	s := &Sidecar{Pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, UID: pod.UID,
 		Socket: filepath.Join(base, "baton.sock"), exited: make(chan struct{})}
 	s.Client = api.NewClient(s.Socket)
-	env = append(env, "PATH="+os.Getenv("PATH"), "BATON_SOCKET="+s.Socket, "BATON_KUBECONFIG="+kubeconfig,
-		"BATON_METRICS_ADDR=127.0.0.1:0")
+	env = append(env, "PATH="+os.Getenv("PATH"), sidecarcontract.Socket.Env()+"="+s.Socket,
+		sidecarcontract.Kubeconfig.Env()+"="+kubeconfig, sidecarcontract.MetricsAddr.Env()+"=127.0.0.1:0")
 	s.cmd = exec.Command(a.cfg.SidecarBinary, c.Args...)
 	s.cmd.Env = env
 	out := a.cfg.Output(pod.Namespace + "/" + pod.Name)

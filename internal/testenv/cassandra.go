@@ -51,6 +51,7 @@ func NewCassandra(cfg localcassandra.Config) *Cassandra {
 // a deadline the caller starts afterwards covers only its own work.
 func (c *Cassandra) Cluster(t testing.TB) *localcassandra.Cluster {
 	t.Helper()
+	SkipShort(t, "a real Cassandra")
 	c.once.Do(func() { c.cluster, c.err = c.start() })
 	if c.err != nil {
 		msg := fmt.Sprintf("Cassandra cluster %q: %v\n"+
@@ -119,4 +120,13 @@ func NewSession(hosts []string, opts ...func(*gocql.ClusterConfig)) (*gocql.Sess
 		o(cc)
 	}
 	return cc.CreateSession()
+}
+
+// SkipShort skips the test under -short (make test-short), the quick loop that needs no real
+// Cassandra, control plane or client tools: what names the component the test needs.
+func SkipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: this test needs %s (make test runs it)", what)
+	}
 }

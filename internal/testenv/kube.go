@@ -43,6 +43,7 @@ func NewKubeWithCRDs(paths ...string) *Kube {
 // serving when Config returns, so a deadline the caller starts afterwards covers only its own work.
 func (k *Kube) Config(t testing.TB) *rest.Config {
 	t.Helper()
+	SkipShort(t, "a real kube-apiserver")
 	k.once.Do(func() { k.cfg, k.err = k.start() })
 	if k.err != nil {
 		msg := fmt.Sprintf("kube-apiserver: %v\nIt is built from Go modules; make test builds it before the tests "+

@@ -44,6 +44,7 @@ type tool struct {
 
 func (tl *tool) path(t testing.TB) string {
 	t.Helper()
+	SkipShort(t, "the real "+tl.name)
 	tl.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), InstallTimeout)
 		defer cancel()

@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/localwaker"
 	"github.com/baton-dev/baton/lock"
 )
 
 // BenchmarkUncontended compares one lightweight-transaction round trip with an uncontended
-// Acquire on the same node (BRIEF §7: acquire ≤ 1.5 × one LWT).
+// Acquire on the same node (docs/design.md, Targets).
 func BenchmarkUncontended(b *testing.B) {
 	store := newStore(b, single, "")
 	ctx := ctxFor(b, 10*time.Minute)
@@ -53,7 +54,7 @@ func BenchmarkHandoff(b *testing.B) {
 			id := lockID(b)
 			opts := []lock.Option{lock.WithPollInterval(lock.DefaultPollInterval)}
 			if mode == "wake-hint" {
-				opts = append(opts, lock.WithWaker(lock.NewLocalWaker())) // one waker shared by both
+				opts = append(opts, lock.WithWaker(localwaker.New())) // one waker shared by both
 			}
 			lockers := [2]*lock.Locker{newLocker(b, store, "a", opts...), newLocker(b, store, "b", opts...)}
 			holder, err := lockers[0].Acquire(ctx, id)

@@ -1,34 +1,64 @@
 package cassandrastore
 
 import (
-	"crypto/tls"
+	"fmt"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 )
 
-// Connection says how to reach the Cassandra cluster holding the lock tables. The sidecar fills
-// it from its flags and mounted files, the operator from a DistributedLock and its Secrets; both
-// connect through ClusterConfig, so they talk to Cassandra the same way.
+// Connection says how to reach the Cassandra cluster holding the lock tables and how locks use
+// it. It is the one description of a lock store connection: the sidecar and the baton CLI fill it
+// from their settings and mounted files, the operator from a DistributedLock and its Secrets, and
+// all of them connect through ClusterConfig and StoreOptions, so they talk to Cassandra the same
+// way.
 type Connection struct {
 	// ContactPoints are "host" or "host:port" (port 9042 when left out).
 	ContactPoints []string
+	// Keyspace holds the lock tables; DefaultKeyspace when empty.
+	Keyspace string
 	// LocalDC, when set, routes requests to that data centre first (required by LOCAL_*).
 	LocalDC string
 	// Consistency and SerialConsistency of lock statements (see WithConsistency and
-	// WithSerialConsistency); they become the session defaults.
+	// WithSerialConsistency); they also become the session defaults. The zero value (ANY, never
+	// right for a lock) means the default: QUORUM and SERIAL.
 	Consistency, SerialConsistency gocql.Consistency
-	// Username and Password authenticate when Username is set.
-	Username, Password string
-	// TLS, when set, encrypts every connection with this configuration.
-	TLS *tls.Config
+	// ClusterName, when set, is the cluster_name the cluster must carry (see WithClusterName).
+	ClusterName string
+	// Credentials authenticate the client and secure the connection.
+	Credentials
 }
 
-// ClusterConfig returns the gocql configuration of c. Lock requests carry their own deadlines;
-// the driver's timeouts only bound a request that lost its way.
-func (c Connection) ClusterConfig() *gocql.ClusterConfig {
+// Credentials are what a Connection proves and checks: a password login and TLS. They are kept
+// apart from the addresses so that the operator can hold its own for its default contact points.
+type Credentials struct {
+	// Username and Password authenticate when Username is set.
+	Username, Password string
+	// TLS, when set, encrypts every connection (see TLS).
+	TLS *TLS
+}
+
+// String describes c without the password.
+func (c Credentials) String() string {
+	s := "user " + c.Username
+	if c.Username == "" {
+		s = "no user"
+	}
+	if c.TLS != nil {
+		s += ", TLS"
+	}
+	return s
+}
+
+// GoString describes c for %#v, without the password.
+func (c Credentials) GoString() string { return "cassandrastore.Credentials{" + c.String() + "}" }
+
+// ClusterConfig returns the gocql configuration of c: consistencies, data-centre aware routing,
+// authentication and TLS. Lock requests carry their own deadlines; the driver's timeouts only
+// bound a request that lost its way. Errors come from the TLS material (ErrTLS).
+func (c Connection) ClusterConfig() (*gocql.ClusterConfig, error) {
 	cc := gocql.NewCluster(c.ContactPoints...)
-	cc.Consistency, cc.SerialConsistency = c.Consistency, c.SerialConsistency
+	cc.Consistency, cc.SerialConsistency = c.consistencies()
 	cc.Timeout, cc.ConnectTimeout = 5*time.Second, 5*time.Second
 	if c.LocalDC != "" {
 		cc.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.LocalDC))
@@ -37,7 +67,53 @@ func (c Connection) ClusterConfig() *gocql.ClusterConfig {
 		cc.Authenticator = gocql.PasswordAuthenticator{Username: c.Username, Password: c.Password}
 	}
 	if c.TLS != nil {
-		cc.SslOpts = &gocql.SslOptions{Config: c.TLS, EnableHostVerification: c.TLS.RootCAs != nil}
+		tc, err := c.TLS.Config()
+		if err != nil {
+			return nil, err
+		}
+		// With a tls.Config the driver verifies the servers' certificates (against tc.RootCAs, or
+		// the system's roots without a CA) unless InsecureSkipVerify, which is never set here.
+		cc.SslOpts = &gocql.SslOptions{Config: tc, EnableHostVerification: true}
 	}
-	return cc
+	return cc, nil
+}
+
+// StoreOptions returns the options of New for c: keyspace, consistencies and cluster name.
+func (c Connection) StoreOptions() []Option {
+	cons, serial := c.consistencies()
+	opts := []Option{WithConsistency(cons), WithSerialConsistency(serial), WithClusterName(c.ClusterName)}
+	if c.Keyspace != "" {
+		opts = append(opts, WithKeyspace(c.Keyspace))
+	}
+	return opts
+}
+
+// String describes c for logs and messages, without secrets.
+func (c Connection) String() string {
+	ks := c.Keyspace
+	if ks == "" {
+		ks = DefaultKeyspace
+	}
+	s := fmt.Sprintf("Cassandra %v keyspace %s", c.ContactPoints, ks)
+	if c.Username != "" {
+		s += " as " + c.Username
+	}
+	if c.TLS != nil {
+		s += " over TLS"
+	}
+	return s
+}
+
+// GoString describes c for %#v, without secrets.
+func (c Connection) GoString() string { return "cassandrastore.Connection{" + c.String() + "}" }
+
+func (c Connection) consistencies() (cons, serial gocql.Consistency) {
+	cons, serial = c.Consistency, c.SerialConsistency
+	if cons == gocql.Any {
+		cons = gocql.Quorum
+	}
+	if serial == gocql.Any {
+		serial = gocql.Serial
+	}
+	return cons, serial
 }

@@ -16,4 +16,9 @@
 // proposal in progress that committed later), and the answering node must not run a paxos_variant
 // that turns that fix off; otherwise ErrUnsafeServer. WithClusterName pins the cluster a lock lives
 // on (ErrClusterMismatch otherwise). Store.ClusterName tells which cluster was reached.
+//
+// Connection is the one description of how to reach a cluster: contact points, keyspace, local
+// data centre, consistencies, cluster name, and Credentials (a password login and TLS, built from
+// PEM bytes or from files with LoadTLS). Its ClusterConfig and StoreOptions give the session and
+// the options of New, so every program that holds or reads locks connects the same way.
 package cassandrastore

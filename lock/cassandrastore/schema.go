@@ -45,7 +45,7 @@ func validateKeyspace(ks string) error {
 func schemaStatements(ks, replication string) []string {
 	return []string{
 		fmt.Sprintf(`CREATE KEYSPACE IF NOT EXISTS %s WITH replication = %s`, ks, replication),
-		// Written only by lightweight transactions; no TTL, no deletes (BRIEF §3 rules 1-2).
+		// Written only by lightweight transactions; no TTL, no deletes (package lock, rules 1 and 2).
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.lock_owners (
 			lock_id text PRIMARY KEY,
 			owner text,

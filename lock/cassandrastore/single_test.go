@@ -287,7 +287,7 @@ func TestRevocation(t *testing.T) {
 }
 
 // TestRestartTakesOverAtOnce: with WithZeroWaitRestart, a new incarnation of the holder's
-// identity takes over its predecessor's grant at once with a new token (BRIEF §3 rule 7), even with
+// identity takes over its predecessor's grant at once with a new token (package lock, rule 7), even with
 // standbys queued: leadership does not move because the holder's process restarted.
 func TestRestartTakesOverAtOnce(t *testing.T) {
 	cut := cutstore.New(newStore(t, single, ""))
@@ -452,5 +452,58 @@ func TestQueueTombstonesAreShortLived(t *testing.T) {
 		if grace != tc.grace || ttl != tc.ttl {
 			t.Errorf("%s.%s: gc_grace_seconds %d, default_time_to_live %d; want %d and %d", ks, tc.table, grace, ttl, tc.grace, tc.ttl)
 		}
+	}
+}
+
+// TestFencedUpdateRejectsStaleHolder runs the fencing idiom of Example_fencedUpdate on real
+// Cassandra: after a newer holder wrote, the older holder's conditional update does not apply.
+func TestFencedUpdateRejectsStaleHolder(t *testing.T) {
+	session := single.Session(t)
+	store := newStore(t, single, "")
+	ctx := ctxFor(t, time.Minute)
+	id := lockID(t)
+	table := keyspace + ".fenced_orders"
+	if err := session.Query(`CREATE TABLE IF NOT EXISTS ` + table + ` (id text PRIMARY KEY, state text, fence bigint)`).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := session.Query(`INSERT INTO `+table+` (id, state, fence) VALUES (?, 'new', 0) IF NOT EXISTS`, id).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	write := func(lease *lock.Lease, state string) (bool, error) {
+		var applied bool
+		err := lease.Fenced(ctx, func(ctx context.Context, token int64) error {
+			var err error
+			applied, err = session.Query(`UPDATE `+table+` SET state = ?, fence = ? WHERE id = ? IF fence <= ?`,
+				state, token, id, token).MapScanCASContext(ctx, map[string]any{})
+			return err
+		})
+		return applied, err
+	}
+	old, err := newLocker(t, store, "old").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := write(old, "packed"); err != nil || !ok {
+		t.Fatalf("holder's fenced write: applied %v, %v", ok, err)
+	}
+	oldToken := old.Token()
+	release(t, old)
+	lease, err := newLocker(t, store, "new").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, lease)
+	if ok, err := write(lease, "shipped"); err != nil || !ok {
+		t.Fatalf("new holder's fenced write: applied %v, %v", ok, err)
+	}
+	// The old holder, paused past its lease, still has its token and tries to write.
+	applied, err := session.Query(`UPDATE `+table+` SET state = ?, fence = ? WHERE id = ? IF fence <= ?`,
+		"cancelled", oldToken, id, oldToken).MapScanCASContext(ctx, map[string]any{})
+	if err != nil || applied {
+		t.Fatalf("stale holder's write: applied %v, %v; want rejected", applied, err)
+	}
+	var state string
+	if err := session.Query(`SELECT state FROM `+table+` WHERE id = ?`, id).Consistency(gocql.Serial).ScanContext(ctx, &state); err != nil || state != "shipped" {
+		t.Fatalf("row state %q, %v; want the new holder's write", state, err)
 	}
 }

@@ -1,8 +1,8 @@
 // Package api is the sidecar's localhost API: an http.Handler that lets the app, in any language,
 // see and steer the locks its baton sidecar holds, and a small Client for the baton CLI and tests.
 //
-// The sidecar serves the handler on the unix socket /var/run/baton/baton.sock (see ListenUnix,
-// which creates it with mode 0660) and optionally on loopback TCP. Every response is JSON
+// The sidecar serves the handler on the unix socket SocketPath (see ListenUnix, which creates it
+// with mode 0660) and optionally on loopback TCP. Every response is JSON
 // (application/json) except the event stream. Routes:
 //
 //	GET  /v1/locks                    {"locks":[LockStatus...]}, in declaration order

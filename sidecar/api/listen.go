@@ -8,10 +8,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
-// SocketPath is where the sidecar serves the API, in the volume shared with the app.
-const SocketPath = "/var/run/baton/baton.sock"
+// SocketPath is where the sidecar serves the API, in the volume shared with the app; the app finds
+// it in the environment variable BATON_SOCKET too.
+const SocketPath = sidecarcontract.SocketPath
 
 // socketMode lets the sidecar and the app (same group via fsGroup) connect, and nobody else.
 const socketMode fs.FileMode = 0o660

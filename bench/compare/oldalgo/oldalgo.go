@@ -14,7 +14,7 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// Outcome is the result of one TryLock attempt (the thesis's three states).
+// Outcome is the result of one TryLock attempt (the old algorithm's three states).
 type Outcome int
 
 const (
@@ -38,7 +38,7 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
-// Backoffs of GetLock (listing 4).
+// Backoffs of GetLock.
 const (
 	// OwnerBackoff bounds the random sleep after AnotherThreadIsOwner.
 	OwnerBackoff = time.Second
@@ -47,7 +47,7 @@ const (
 )
 
 // DefaultLease is the TTL of the cells when WithLease is not given: the 3-minute TTL of the
-// algorithm's production sibling (BRIEF §4).
+// algorithm's production version (docs/design.md).
 const DefaultLease = 3 * time.Minute
 
 // ErrInvalid is returned by New for unusable arguments.
@@ -63,7 +63,7 @@ func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace string) 
 	for _, table := range []string{"oldalgo_main", "oldalgo_shadow"} {
 		stmt := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.%s (
 			lock_id text, thread_id text, PRIMARY KEY (lock_id, thread_id)
-		) WITH gc_grace_seconds = 60 AND comment = 'seed old algorithm: benchmark baseline only'`, keyspace, table)
+		) WITH gc_grace_seconds = 60 AND comment = 'old algorithm: benchmark baseline only'`, keyspace, table)
 		if err := session.Query(stmt).ExecContext(ctx); err != nil {
 			return fmt.Errorf("oldalgo: creating table %s.%s: %w", keyspace, table, err)
 		}
@@ -143,7 +143,7 @@ func (l *Locker) Stats() Stats {
 	}
 }
 
-// GetLock blocks until the lock is held or ctx ends (listing 4).
+// GetLock blocks until the lock is held or ctx ends.
 func (l *Locker) GetLock(ctx context.Context, lockID string) (*Lock, error) {
 	attempt := 1
 	for {
@@ -174,7 +174,7 @@ func (l *Locker) GetLock(ctx context.Context, lockID string) (*Lock, error) {
 	}
 }
 
-// TryLock makes one attempt (listing 3) and returns the held lock on Success.
+// TryLock makes one attempt and returns the held lock on Success.
 func (l *Locker) TryLock(ctx context.Context, lockID string) (*Lock, Outcome, error) {
 	outcome, err := l.try(ctx, lockID)
 	if err != nil {
@@ -286,7 +286,7 @@ func (k *Lock) refresh() {
 			err := k.l.exec(ctx, k.l.qInsMain, k.lockID, k.l.thread, int(k.l.ttl/time.Second))
 			cancel()
 			if err != nil {
-				// The thesis has no self-fencing: the holder carries on whether or not this worked.
+				// The old algorithm has no self-fencing: the holder carries on whether or not this worked.
 				k.l.log.V(1).Info("rewriting main cell failed", "lock", k.lockID, "err", err.Error())
 			}
 		}

@@ -1,6 +1,10 @@
-package v1
+package sidecarcontract
 
-import "strings"
+import (
+	"strings"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+)
 
 // globalPrefix prefixes Global lock IDs in the lock store; Kubernetes namespaces cannot start
 // with "_", so they never collide with namespaced keys.
@@ -9,8 +13,8 @@ const globalPrefix = "_global/"
 // StoreLockID returns the key of lock ID id in the lock store: "<namespace>/<id>" in the
 // Namespace scope, "_global/<id>" in the Global scope. The sidecar and the operator must agree on
 // it, so both use this function.
-func StoreLockID(scope LockScope, namespace, id string) string {
-	if scope == ScopeGlobal {
+func StoreLockID(scope batonv1.LockScope, namespace, id string) string {
+	if scope == batonv1.ScopeGlobal {
 		return globalPrefix + id
 	}
 	return namespace + "/" + id

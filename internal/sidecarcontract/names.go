@@ -1,0 +1,44 @@
+package sidecarcontract
+
+import "time"
+
+// The socket of the sidecar's localhost API, in an emptyDir volume shared by the sidecar and every
+// app container.
+const (
+	// SocketDir is where the socket volume is mounted in the sidecar and the app containers.
+	SocketDir = "/var/run/baton"
+	// SocketPath is the socket, in SocketDir. The sidecar serves it unless told otherwise (setting
+	// Socket); apps find it in EnvSocket.
+	SocketPath = "/var/run/baton/baton.sock"
+)
+
+// The environment the webhook gives every app container.
+const (
+	// EnvSocket holds the path of the sidecar's socket. The sidecar reads the same variable for
+	// setting Socket, so both agree on one value.
+	EnvSocket = "BATON_SOCKET"
+	// EnvLocks holds the DistributedLock's lock IDs, comma-separated.
+	EnvLocks = "BATON_LOCKS"
+)
+
+// What the sidecar writes on its own pod.
+const (
+	// ConditionLockHeld is the readiness-gate condition of the ReadinessGate traffic policy: the
+	// webhook adds the gate, the sidecar sets it True while it holds every lock.
+	ConditionLockHeld = "baton.dev/lock-held"
+	// LabelRole is the pod label of the Label traffic policy.
+	LabelRole = "baton.dev/role"
+	// RoleHolder and RoleStandby are the values of LabelRole.
+	RoleHolder  = "holder"
+	RoleStandby = "standby"
+)
+
+// Shutdown bounds.
+const (
+	// DefaultShutdownTimeout is how long the sidecar may take to release its locks at SIGTERM and,
+	// on clusters without native sidecars, how long its preStop hook holds back that SIGTERM.
+	DefaultShutdownTimeout = 10 * time.Second
+	// MaxShutdownTimeout is the longest of either that the webhook injects and the preStop hook
+	// accepts.
+	MaxShutdownTimeout = 5 * time.Minute
+)

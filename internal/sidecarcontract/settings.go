@@ -1,0 +1,197 @@
+package sidecarcontract
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+)
+
+// Setting is one sidecar setting, named by its flag (without the dashes). Every setting is also
+// an environment variable (Env), which is what the injecting webhook sets; a flag wins over its
+// variable.
+type Setting string
+
+// The sidecar's settings.
+const (
+	LockName      Setting = "lock-name"
+	LockIDs       Setting = "locks"
+	Mode          Setting = "mode"
+	Lease         Setting = "lease"
+	Scope         Setting = "scope"
+	TrafficPolicy Setting = "traffic-policy"
+
+	CassandraHosts    Setting = "cassandra-hosts"
+	Keyspace          Setting = "keyspace"
+	LocalDC           Setting = "local-dc"
+	Consistency       Setting = "consistency"
+	SerialConsistency Setting = "serial-consistency"
+	UsernameFile      Setting = "cassandra-username-file"
+	PasswordFile      Setting = "cassandra-password-file"
+	TLSCA             Setting = "cassandra-tls-ca"
+	TLSCert           Setting = "cassandra-tls-cert"
+	TLSKey            Setting = "cassandra-tls-key"
+	TLSServerName     Setting = "cassandra-tls-server-name"
+	ClusterName       Setting = "cassandra-cluster-name"
+
+	PodNamespace Setting = "pod-namespace"
+	PodName      Setting = "pod-name"
+	PodUID       Setting = "pod-uid"
+
+	Socket          Setting = "socket"
+	ListenTCP       Setting = "listen-tcp"
+	MetricsAddr     Setting = "metrics-addr"
+	ShutdownTimeout Setting = "shutdown-timeout"
+	Kubeconfig      Setting = "kubeconfig"
+)
+
+// row is a setting's line in the table.
+type row struct {
+	setting           Setting
+	env, usage, value string // value: the default
+}
+
+// table lists every setting in the order of the usage text: the lock, the lock store, the pod,
+// the sidecar itself.
+var table = []row{
+	{LockName, "BATON_LOCK_NAME", "name of the DistributedLock this pod references", ""},
+	{LockIDs, "BATON_LOCK_IDS", "comma-separated lock IDs to hold", ""},
+	{Mode, "BATON_MODE", "Blocking (hold from start) or Try (acquire on request)", string(batonv1.ModeBlocking)},
+	{Lease, "BATON_LEASE", "lease duration, e.g. 15s", batonv1.DefaultLeaseDuration},
+	{Scope, "BATON_SCOPE", "Namespace or Global", string(batonv1.ScopeNamespace)},
+	{TrafficPolicy, "BATON_TRAFFIC_POLICY", "ReadinessGate, Label or None", string(batonv1.TrafficReadinessGate)},
+
+	{CassandraHosts, "BATON_CASSANDRA_HOSTS", "comma-separated Cassandra contact points (host or host:port)", ""},
+	{Keyspace, "BATON_CASSANDRA_KEYSPACE", "Cassandra keyspace holding baton's tables", "baton"},
+	{LocalDC, "BATON_CASSANDRA_LOCAL_DC", "local data centre for LOCAL_* consistencies and routing", ""},
+	{Consistency, "BATON_CASSANDRA_CONSISTENCY", ConsistencyChoices(), string(batonv1.ConsistencyQuorum)},
+	{SerialConsistency, "BATON_CASSANDRA_SERIAL_CONSISTENCY", SerialConsistencyChoices(), string(batonv1.SerialConsistencySerial)},
+	{UsernameFile, "BATON_CASSANDRA_USERNAME_FILE", "file holding the Cassandra user name", ""},
+	{PasswordFile, "BATON_CASSANDRA_PASSWORD_FILE", "file holding the Cassandra password", ""},
+	{TLSCA, "BATON_CASSANDRA_TLS_CA", "CA bundle to verify Cassandra's certificate (enables TLS)", ""},
+	{TLSCert, "BATON_CASSANDRA_TLS_CERT", "client certificate for Cassandra mutual TLS", ""},
+	{TLSKey, "BATON_CASSANDRA_TLS_KEY", "client key for Cassandra mutual TLS", ""},
+	{TLSServerName, "BATON_CASSANDRA_TLS_SERVER_NAME", "name to verify in Cassandra's certificate", ""},
+	{ClusterName, "BATON_CASSANDRA_CLUSTER_NAME", "refuse a Cassandra cluster whose cluster_name is not this (empty: no check)", ""},
+
+	{PodNamespace, "POD_NAMESPACE", "namespace of this pod (downward API)", ""},
+	{PodName, "POD_NAME", "name of this pod (downward API)", ""},
+	{PodUID, "POD_UID", "UID of this pod (downward API)", ""},
+
+	{Socket, EnvSocket, "unix socket of the localhost API", SocketPath},
+	{ListenTCP, "BATON_LISTEN_TCP", "also serve the API on this loopback TCP address (empty: off)", ""},
+	{MetricsAddr, "BATON_METRICS_ADDR", "loopback address of the Prometheus metrics", "127.0.0.1:9464"},
+	{ShutdownTimeout, "BATON_SHUTDOWN_TIMEOUT", "how long releasing locks may take at SIGTERM", DefaultShutdownTimeout.String()},
+	{Kubeconfig, "BATON_KUBECONFIG", "kubeconfig for running outside a cluster (default: in-cluster config)", ""},
+}
+
+// rows indexes table by setting.
+var rows = func() map[Setting]row {
+	m := make(map[Setting]row, len(table))
+	for _, r := range table {
+		m[r.setting] = r
+	}
+	return m
+}()
+
+// Settings returns every sidecar setting, in the order of its usage text.
+func Settings() []Setting {
+	out := make([]Setting, len(table))
+	for i, r := range table {
+		out[i] = r.setting
+	}
+	return out
+}
+
+// CassandraSettings returns the settings that say how to reach the lock store: the sidecar's and
+// also those of the baton CLI's mode without a sidecar.
+func CassandraSettings() []Setting {
+	return []Setting{CassandraHosts, Keyspace, LocalDC, Consistency, SerialConsistency, UsernameFile, PasswordFile,
+		TLSCA, TLSCert, TLSKey, TLSServerName, ClusterName}
+}
+
+// Flag returns the setting's flag, without the dashes.
+func (s Setting) Flag() string { return string(s) }
+
+// Env returns the setting's environment variable.
+func (s Setting) Env() string { return rows[s].env }
+
+// Usage returns what the setting means, in a few words.
+func (s Setting) Usage() string { return rows[s].usage }
+
+// Default returns the value used when neither the flag nor the variable is given ("" for none).
+func (s Setting) Default() string { return rows[s].value }
+
+// String names the setting the way error messages do: "--flag (ENV)".
+func (s Setting) String() string { return fmt.Sprintf("--%s (%s)", s.Flag(), s.Env()) }
+
+// Values reads settings from their flags, then their environment variables, then their defaults.
+type Values struct {
+	flags  map[Setting]*string
+	getenv func(string) string
+}
+
+// Register defines a string flag on fs for each of settings. After fs.Parse, the returned Values
+// answer with the flag when it was given, else with the environment variable from getenv, else
+// with the default.
+func Register(fs *flag.FlagSet, getenv func(string) string, settings ...Setting) *Values {
+	v := &Values{flags: make(map[Setting]*string, len(settings)), getenv: getenv}
+	for _, s := range settings {
+		v.flags[s] = fs.String(s.Flag(), "", s.Usage()+" (env "+s.Env()+")")
+	}
+	return v
+}
+
+// Get returns the value of s, without surrounding white space: its flag when given, else its
+// environment variable, else its default. A setting that was not registered has no flag.
+func (v *Values) Get(s Setting) string {
+	if f := v.flags[s]; f != nil {
+		if x := strings.TrimSpace(*f); x != "" {
+			return x
+		}
+	}
+	if x := strings.TrimSpace(v.getenv(s.Env())); x != "" {
+		return x
+	}
+	return s.Default()
+}
+
+// WriteUsage writes one line per setting: flag, environment variable, meaning and default.
+func WriteUsage(w io.Writer, settings ...Setting) {
+	for _, s := range settings {
+		usage := s.Usage()
+		if d := s.Default(); d != "" {
+			usage += " (default " + d + ")"
+		}
+		fmt.Fprintf(w, "  --%-28s %-36s %s\n", s.Flag(), s.Env(), usage)
+	}
+}
+
+// SplitList splits a comma-separated setting (lock IDs, contact points) into its non-empty,
+// trimmed entries.
+func SplitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// SettingError is a problem with one setting. Its message names the setting's flag and variable,
+// then the problem and what to do, e.g. `--mode (BATON_MODE) is "x": use Blocking or Try`.
+type SettingError struct {
+	Setting Setting
+	Problem string
+}
+
+// Errorf returns the SettingError of s with the problem format and args.
+func Errorf(s Setting, format string, args ...any) *SettingError {
+	return &SettingError{Setting: s, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Error returns "--flag (ENV) problem".
+func (e *SettingError) Error() string { return e.Setting.String() + " " + e.Problem }

@@ -19,8 +19,8 @@ import (
 	"github.com/baton-dev/baton/sidecar"
 )
 
-// memoryLimit is the default soft memory limit: it keeps the sidecar's resident size small (BRIEF
-// §7: RSS ≤ 30 MiB). GOMEMLIMIT overrides it.
+// memoryLimit is the default soft memory limit: it keeps the sidecar's resident size small (docs/design.md,
+// Targets: RSS ≤ 30 MiB). GOMEMLIMIT overrides it.
 const memoryLimit = 20 << 20
 
 func main() {

@@ -16,9 +16,12 @@
 // after the app, so Jobs complete. On older clusters it is a regular container with a preStop
 // hook that holds back its shutdown while the app stops.
 //
-// What it does not do: look anything up. The webhook fetches the DistributedLock (and returns
-// MissingLockError when there is none), checks that a Global scope is allowed in the namespace and
-// that the referenced Secrets exist. On clusters without native sidecars nothing keeps a
-// Blocking-mode app from starting before the locks are held (only the sidecar's startup probe
-// fails), and a Job's pod completes only if the sidecar exits by itself once the app has.
+// What it does not do: look anything up. The webhook fetches the DistributedLock (denying the pod
+// with MissingLockError when there is none) and hands it to Inject, which refuses a lock it cannot
+// serve: scope Global outside Config.GlobalNamespaces, or settings the sidecar would refuse. Nobody
+// checks at admission that the Secrets a DistributedLock names exist: the operator reports a
+// missing Secret in the lock's StoreReachable condition, and the kubelet holds the pod back until
+// the Secret exists. On clusters without native sidecars nothing keeps a Blocking-mode app from
+// starting before the locks are held (only the sidecar's startup probe fails), and a Job's pod
+// completes only if the sidecar exits by itself once the app has.
 package inject

@@ -18,7 +18,7 @@ import (
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
-// Names of what Inject adds to a pod (BRIEF §1).
+// Names of what Inject adds to a pod (docs/design.md, Names).
 const (
 	// ContainerName is the sidecar container.
 	ContainerName = "baton"

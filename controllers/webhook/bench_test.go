@@ -25,7 +25,7 @@ import (
 	"github.com/baton-dev/baton/controllers/webhook"
 )
 
-// Benchmarks of admission latency against BRIEF §7 (webhook admission p99 ≤ 20 ms); results in
+// Benchmarks of admission latency against the target in docs/design.md (webhook admission p99 ≤ 20 ms); results in
 // docs/benchmarks.md. Run them with
 //
 //	go test -run '^$' -bench . -benchtime 1000x ./controllers/webhook/

@@ -44,7 +44,7 @@ test: check install-deps ## all tests, race detector on, against real Cassandra 
 	$(GO) test -race -count=1 -timeout 60m -v $(TESTFLAGS) $(PKGS) 2>&1 | tee $(OUT)/test.log \
 	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|simulation |cassandra |\s+\S+_test\.go:[0-9]+: )' || true
 	@! grep -qE '^(FAIL|panic:|--- FAIL)' $(OUT)/test.log
-	@for target in sidecar/api:FuzzHandler lock:FuzzParseOwner lock:FuzzValidateLockID; do \
+	@for target in internal/sidecarapi:FuzzHandler lock:FuzzParseOwner lock:FuzzValidateLockID; do \
 	  pkg=$${target%%:*}; fn=$${target##*:}; \
 	  echo "fuzz $$fn ($(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1 | tail -n 3 | tee -a $(OUT)/test.log; \
@@ -84,7 +84,7 @@ API_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard api/*/*_types.go))))
 CRD_DIR  := config/crd/bases
 # Operator RBAC comes from the +kubebuilder:rbac markers of these packages.
 RBAC_DIR   := config/rbac
-RBAC_PATHS := paths=./controllers/... paths=./operator/...
+RBAC_PATHS := paths=./controllers/... paths=./internal/operator/...
 # The Helm chart ships copies of config/: the CRDs in crds/, the operator's ClusterRole (its rules
 # become the chart's) in files/operator-role.yaml and the sidecar access policy in files/policy/.
 # Nothing else lives in those two directories. A source that does not exist (yet) is left out.
@@ -131,8 +131,8 @@ soak: ## 1,000 simulated histories per fault class
 .PHONY: bench
 bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton, client-go; the comparison alone about 9 min)
 	$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./lock/cassandrastore/
-	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./controllers/webhook/
-	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./bench/compare/ -compare.run $(COMPAREFLAGS)
+	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./internal/webhook/
+	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./internal/bench/compare/ -compare.run $(COMPAREFLAGS)
 
 .PHONY: build
 build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does

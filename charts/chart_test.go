@@ -31,9 +31,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	"github.com/baton-dev/baton/controllers/webhook"
+	"github.com/baton-dev/baton/internal/operator"
 	"github.com/baton-dev/baton/internal/testenv"
-	"github.com/baton-dev/baton/operator"
+	"github.com/baton-dev/baton/internal/webhook"
 )
 
 const (
@@ -284,7 +284,7 @@ func TestDefaultRender(t *testing.T) {
 		got := get[*admissionregistrationv1.MutatingWebhookConfiguration](t, objs, "MutatingWebhookConfiguration", "baton-inject")
 		wantCfg := webhook.MutatingWebhookConfiguration("baton-inject", namespace, "baton-webhook", webhook.Path, nil)
 		if !reflect.DeepEqual(got.Webhooks, wantCfg.Webhooks) {
-			t.Errorf("webhooks differ from controllers/webhook.MutatingWebhookConfiguration:\nchart:\n%s\nGo:\n%s", toYAML(got.Webhooks), toYAML(wantCfg.Webhooks))
+			t.Errorf("webhooks differ from internal/webhook.MutatingWebhookConfiguration:\nchart:\n%s\nGo:\n%s", toYAML(got.Webhooks), toYAML(wantCfg.Webhooks))
 		}
 		if len(got.Annotations) != 0 {
 			t.Errorf("annotations %v in self mode, want none", got.Annotations)
@@ -470,7 +470,7 @@ func TestCertManagerRender(t *testing.T) {
 	}
 	wantCfg := webhook.MutatingWebhookConfiguration("baton-inject", namespace, "baton-webhook", webhook.Path, nil)
 	if !reflect.DeepEqual(mwc.Webhooks, wantCfg.Webhooks) {
-		t.Errorf("webhooks differ from controllers/webhook.MutatingWebhookConfiguration:\n%s", toYAML(mwc.Webhooks))
+		t.Errorf("webhooks differ from internal/webhook.MutatingWebhookConfiguration:\n%s", toYAML(mwc.Webhooks))
 	}
 	d := get[*appsv1.Deployment](t, objs, "Deployment", "baton-operator")
 	operatorAccepts(t, d)

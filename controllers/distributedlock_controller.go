@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"

@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/inject"
 )
 
 func template(lock string, extra ...string) corev1.PodTemplateSpec {

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/controllers/inject"
-	"github.com/baton-dev/baton/controllers/storepool"
+	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/storepool"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )

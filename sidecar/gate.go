@@ -16,7 +16,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
-	"github.com/baton-dev/baton/sidecar/api"
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 // gateResync is how often the gate rewrites its state even without a change, repairing edits
@@ -39,7 +39,7 @@ func (h *Holder) GateState() GateState {
 		switch {
 		case held:
 			parts = append(parts, fmt.Sprintf("%s (token %d)", st.LockID, st.Token))
-		case st.State != api.StateHeld:
+		case st.State != sidecarclient.StateHeld:
 			msg := st.Reason
 			if msg == "" {
 				msg = string(st.State)
@@ -52,7 +52,7 @@ func (h *Holder) GateState() GateState {
 	}
 	reason := "WaitingForLock"
 	for _, st := range locks {
-		if st.State == api.StateLost {
+		if st.State == sidecarclient.StateLost {
 			reason = "LockLost"
 		}
 	}

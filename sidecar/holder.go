@@ -11,16 +11,17 @@ import (
 	"github.com/go-logr/logr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
-	"github.com/baton-dev/baton/sidecar/api"
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 // subscriberBuffer is how many events a slow subscriber may lag behind before its stream is
 // closed (it then reconnects and reads the current state; it never silently misses a loss).
 const subscriberBuffer = 256
 
-// Holder holds the pod's locks and serves their state; it implements api.Service.
+// Holder holds the pod's locks and serves their state; it implements sidecarapi.Service.
 type Holder struct {
 	opts    Options
 	store   lock.Store
@@ -31,7 +32,7 @@ type Holder struct {
 	mu       sync.Mutex
 	locks    map[string]*lockState // by declared lock ID
 	byStore  map[string]string     // store lock ID → declared lock ID
-	subs     map[chan api.Event]struct{}
+	subs     map[chan sidecarclient.Event]struct{}
 	started  bool
 	stopping bool
 	cancel   context.CancelFunc
@@ -40,12 +41,12 @@ type Holder struct {
 }
 
 type lockState struct {
-	status   api.LockStatus
+	status   sidecarclient.LockStatus
 	lease    *lock.Lease
 	everHeld bool
 }
 
-var _ api.Service = (*Holder)(nil)
+var _ sidecarapi.Service = (*Holder)(nil)
 
 // NewHolder returns a Holder for the validated options opts on store. Extra lock options (for
 // example a test clock or a waker) are passed to the lock.Locker. Metrics are optional.
@@ -70,7 +71,7 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		opts: opts, store: store, log: log, metrics: m,
 		locks:   make(map[string]*lockState, len(opts.LockIDs)),
 		byStore: make(map[string]string, len(opts.LockIDs)),
-		subs:    make(map[chan api.Event]struct{}),
+		subs:    make(map[chan sidecarclient.Event]struct{}),
 		changes: make(chan struct{}, 1),
 	}
 	// Zero-wait restart is safe here: the identity holds the pod UID and the kubelet never runs two
@@ -81,7 +82,7 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}
 	for _, id := range opts.LockIDs {
-		h.locks[id] = &lockState{status: api.LockStatus{LockID: id, State: api.StateIdle}}
+		h.locks[id] = &lockState{status: sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}}
 		h.byStore[opts.StoreLockID(id)] = id
 	}
 	return h, nil
@@ -111,17 +112,17 @@ func (h *Holder) hold(ctx context.Context, id string) {
 	for ctx.Err() == nil {
 		h.update(id, func(s *lockState) {
 			reason := "joining the queue"
-			if s.status.State == api.StateLost {
+			if s.status.State == sidecarclient.StateLost {
 				reason = "queueing again after the lock was lost: " + s.status.Reason
 			}
-			s.status = api.LockStatus{LockID: id, State: api.StateWaiting, Reason: reason}
+			s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateWaiting, Reason: reason}
 		})
 		lease, err := h.locker.Acquire(ctx, h.opts.StoreLockID(id))
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			h.update(id, func(s *lockState) { s.status.State, s.status.Reason = api.StateWaiting, err.Error() })
+			h.update(id, func(s *lockState) { s.status.State, s.status.Reason = sidecarclient.StateWaiting, err.Error() })
 			sleep(ctx, backoff)
 			continue
 		}
@@ -140,11 +141,11 @@ func (h *Holder) acquired(id string, lease *lock.Lease) {
 	h.mu.Lock()
 	s := h.locks[id]
 	s.lease, s.everHeld = lease, true
-	s.status = api.LockStatus{LockID: id, State: api.StateHeld, Token: lease.Token(), Holder: h.podName()}
+	s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: lease.Token(), Holder: h.podName()}
 	if h.opts.Mode == batonv1.ModeBlocking && !h.started {
 		h.started = h.allEverHeldLocked()
 	}
-	h.publishLocked(api.Event{Type: api.EventAcquired, LockID: id, Token: lease.Token(), Time: time.Now()})
+	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: id, Token: lease.Token(), Time: time.Now()})
 	h.mu.Unlock()
 	h.metrics.acquired(id, lease.Token())
 	h.log.Info("lock held", "lock", id, "token", lease.Token())
@@ -166,8 +167,8 @@ func (h *Holder) ended(id string, lease *lock.Lease) {
 		return // released through the API or at shutdown: already reported
 	}
 	s.lease = nil
-	s.status = api.LockStatus{LockID: id, State: api.StateLost, Token: lease.Token(), Reason: reason}
-	h.publishLocked(api.Event{Type: api.EventLost, LockID: id, Token: lease.Token(), Reason: reason, Time: time.Now()})
+	s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateLost, Token: lease.Token(), Reason: reason}
+	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: id, Token: lease.Token(), Reason: reason, Time: time.Now()})
 	h.metrics.lost(id, lease.Err())
 	h.log.Info("lock lost", "lock", id, "token", lease.Token(), "reason", reason)
 }
@@ -201,7 +202,7 @@ func (h *Holder) waiting(id string, p lock.Event) {
 		} else {
 			s.status.QueuePosition = p.Ahead + 1
 		}
-		s.status.State = api.StateWaiting
+		s.status.State = sidecarclient.StateWaiting
 		s.status.Reason = fmt.Sprintf("waiting: position %d for lock %s", s.status.QueuePosition, id)
 		if s.status.Holder != "" {
 			s.status.Reason += ", held by " + s.status.Holder
@@ -230,7 +231,7 @@ func (h *Holder) signalLocked() {
 // Changes returns a channel that receives after any change of state (for the readiness gate).
 func (h *Holder) Changes() <-chan struct{} { return h.changes }
 
-func (h *Holder) publishLocked(e api.Event) {
+func (h *Holder) publishLocked(e sidecarclient.Event) {
 	h.signalLocked()
 	for ch := range h.subs {
 		select {
@@ -263,48 +264,48 @@ func podName(owner string) string {
 	return ns + "/" + name
 }
 
-// Locks implements api.Service.
-func (h *Holder) Locks() []api.LockStatus {
+// Locks implements sidecarapi.Service.
+func (h *Holder) Locks() []sidecarclient.LockStatus {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]api.LockStatus, 0, len(h.opts.LockIDs))
+	out := make([]sidecarclient.LockStatus, 0, len(h.opts.LockIDs))
 	for _, id := range h.opts.LockIDs {
 		out = append(out, h.statusLocked(id))
 	}
 	return out
 }
 
-// Lock implements api.Service.
-func (h *Holder) Lock(id string) (api.LockStatus, bool) {
+// Lock implements sidecarapi.Service.
+func (h *Holder) Lock(id string) (sidecarclient.LockStatus, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.locks[id]; !ok {
-		return api.LockStatus{}, false
+		return sidecarclient.LockStatus{}, false
 	}
 	return h.statusLocked(id), true
 }
 
-func (h *Holder) statusLocked(id string) api.LockStatus {
+func (h *Holder) statusLocked(id string) sidecarclient.LockStatus {
 	s := h.locks[id]
 	st := s.status
 	if s.lease != nil {
 		left := s.lease.Remaining()
 		st.LeaseRemainingMs = left.Milliseconds()
-		if left <= 0 && st.State == api.StateHeld {
+		if left <= 0 && st.State == sidecarclient.StateHeld {
 			// The self-fence deadline has passed and the loss is on its way (its goroutine may not
 			// have run yet, or the machine was just resumed): never report held past the deadline.
-			st.State, st.Reason, st.LeaseRemainingMs = api.StateLost, "lease expired: its self-fence deadline passed", 0
+			st.State, st.Reason, st.LeaseRemainingMs = sidecarclient.StateLost, "lease expired: its self-fence deadline passed", 0
 		}
 	}
 	return st
 }
 
-// Acquire implements api.Service (Try mode).
-func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (api.LockStatus, error) {
+// Acquire implements sidecarapi.Service (Try mode).
+func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
 	if err := h.tryModeLock(id); err != nil {
-		return api.LockStatus{}, err
+		return sidecarclient.LockStatus{}, err
 	}
-	if st, _ := h.Lock(id); st.State == api.StateHeld {
+	if st, _ := h.Lock(id); st.State == sidecarclient.StateHeld {
 		return st, nil
 	}
 	var (
@@ -327,9 +328,9 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (ap
 		return st, nil
 	case errors.Is(err, lock.ErrLocked):
 		st, _ := h.Lock(id)
-		return st, fmt.Errorf("%w: %w", api.ErrLocked, err)
+		return st, fmt.Errorf("%w: %w", sidecarclient.ErrLocked, err)
 	case err != nil:
-		return api.LockStatus{}, err
+		return sidecarclient.LockStatus{}, err
 	}
 	h.acquired(id, lease)
 	h.wg.Go(func() {
@@ -340,16 +341,16 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (ap
 	return st, nil
 }
 
-// Release implements api.Service (Try mode).
-func (h *Holder) Release(ctx context.Context, id string) (api.LockStatus, error) {
+// Release implements sidecarapi.Service (Try mode).
+func (h *Holder) Release(ctx context.Context, id string) (sidecarclient.LockStatus, error) {
 	if err := h.tryModeLock(id); err != nil {
-		return api.LockStatus{}, err
+		return sidecarclient.LockStatus{}, err
 	}
 	h.mu.Lock()
 	lease := h.locks[id].lease
 	h.mu.Unlock()
 	if lease == nil {
-		return api.LockStatus{}, fmt.Errorf("%w: %s", api.ErrNotHeld, id)
+		return sidecarclient.LockStatus{}, fmt.Errorf("%w: %s", sidecarclient.ErrNotHeld, id)
 	}
 	err := h.release(ctx, id, lease)
 	st, _ := h.Lock(id)
@@ -363,8 +364,8 @@ func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease) erro
 	s := h.locks[id]
 	if s.lease == lease {
 		s.lease = nil
-		s.status = api.LockStatus{LockID: id, State: api.StateIdle, Token: lease.Token(), Reason: "released"}
-		h.publishLocked(api.Event{Type: api.EventReleased, LockID: id, Token: lease.Token(), Time: time.Now()})
+		s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: lease.Token(), Reason: "released"}
+		h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventReleased, LockID: id, Token: lease.Token(), Time: time.Now()})
 		h.metrics.released(id)
 	}
 	h.mu.Unlock()
@@ -374,17 +375,17 @@ func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease) erro
 
 func (h *Holder) tryModeLock(id string) error {
 	if _, ok := h.locks[id]; !ok {
-		return fmt.Errorf("%w: %q is not declared (declared: %s)", api.ErrUnknownLock, id, strings.Join(h.opts.LockIDs, ", "))
+		return fmt.Errorf("%w: %q is not declared (declared: %s)", sidecarclient.ErrUnknownLock, id, strings.Join(h.opts.LockIDs, ", "))
 	}
 	if h.opts.Mode != batonv1.ModeTry {
-		return fmt.Errorf("%w: %s is held by the sidecar in %s mode", api.ErrNotTryMode, id, h.opts.Mode)
+		return fmt.Errorf("%w: %s is held by the sidecar in %s mode", sidecarclient.ErrNotTryMode, id, h.opts.Mode)
 	}
 	return nil
 }
 
-// Subscribe implements api.Service.
-func (h *Holder) Subscribe() (<-chan api.Event, func()) {
-	ch := make(chan api.Event, subscriberBuffer)
+// Subscribe implements sidecarapi.Service.
+func (h *Holder) Subscribe() (<-chan sidecarclient.Event, func()) {
+	ch := make(chan sidecarclient.Event, subscriberBuffer)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopping {
@@ -402,7 +403,7 @@ func (h *Holder) Subscribe() (<-chan api.Event, func()) {
 	}
 }
 
-// Healthy implements api.Service: the store answers a read of the first lock.
+// Healthy implements sidecarapi.Service: the store answers a read of the first lock.
 func (h *Holder) Healthy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -412,7 +413,7 @@ func (h *Holder) Healthy(ctx context.Context) error {
 	return nil
 }
 
-// Ready implements api.Service: every declared lock is held.
+// Ready implements sidecarapi.Service: every declared lock is held.
 func (h *Holder) Ready() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -424,7 +425,7 @@ func (h *Holder) Ready() bool {
 	return true
 }
 
-// Started implements api.Service.
+// Started implements sidecarapi.Service.
 func (h *Holder) Started() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

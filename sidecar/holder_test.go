@@ -14,7 +14,7 @@ import (
 	"github.com/baton-dev/baton/internal/testclock"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
-	"github.com/baton-dev/baton/sidecar/api"
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 // testOptions returns valid options for pod name in mode.
@@ -41,7 +41,7 @@ func newTestHolder(t *testing.T, mem *memstore.Store, seed uint64, o Options) (*
 }
 
 // next returns the next event or fails after a (virtual) minute.
-func next(t *testing.T, events <-chan api.Event) api.Event {
+func next(t *testing.T, events <-chan sidecarclient.Event) sidecarclient.Event {
 	t.Helper()
 	select {
 	case e, ok := <-events:
@@ -52,7 +52,7 @@ func next(t *testing.T, events <-chan api.Event) api.Event {
 	case <-time.After(time.Minute):
 		t.Fatal("no event within a minute")
 	}
-	return api.Event{}
+	return sidecarclient.Event{}
 }
 
 func TestHolderBlockingHandoff(t *testing.T) {
@@ -68,7 +68,7 @@ func TestHolderBlockingHandoff(t *testing.T) {
 
 		a.Start(ctx)
 		for range 2 {
-			if e := next(t, aEvents); e.Type != api.EventAcquired {
+			if e := next(t, aEvents); e.Type != sidecarclient.EventAcquired {
 				t.Fatalf("a: %+v", e)
 			}
 		}
@@ -81,12 +81,12 @@ func TestHolderBlockingHandoff(t *testing.T) {
 			t.Fatal("b is ready while a holds the locks")
 		}
 		st, _ := b.Lock("orders")
-		if st.State != api.StateWaiting || st.QueuePosition != 1 || !strings.Contains(st.Reason, "position 1 for lock orders") ||
+		if st.State != sidecarclient.StateWaiting || st.QueuePosition != 1 || !strings.Contains(st.Reason, "position 1 for lock orders") ||
 			st.Holder != "shop/a" {
 			t.Fatalf("b's waiting status: %+v", st)
 		}
 		held, _ := a.Lock("orders")
-		if held.State != api.StateHeld || held.LeaseRemainingMs <= 0 || held.Holder != "shop/a" {
+		if held.State != sidecarclient.StateHeld || held.LeaseRemainingMs <= 0 || held.Holder != "shop/a" {
 			t.Fatalf("a's status: %+v", held)
 		}
 
@@ -94,7 +94,7 @@ func TestHolderBlockingHandoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			if e := next(t, aEvents); e.Type != api.EventReleased {
+			if e := next(t, aEvents); e.Type != sidecarclient.EventReleased {
 				t.Fatalf("a after shutdown: %+v", e)
 			}
 		}
@@ -104,7 +104,7 @@ func TestHolderBlockingHandoff(t *testing.T) {
 		tokens := map[string]int64{}
 		for range 2 {
 			e := next(t, bEvents)
-			if e.Type != api.EventAcquired {
+			if e.Type != sidecarclient.EventAcquired {
 				t.Fatalf("b: %+v", e)
 			}
 			tokens[e.LockID] = e.Token
@@ -132,7 +132,7 @@ func TestHolderLossRequeues(t *testing.T) {
 		b.Start(ctx)
 		aStore.Partition(10 * time.Second) // a cannot renew
 		lost := next(t, events)
-		if lost.Type != api.EventLost || lost.Token != first.Token || !strings.Contains(lost.Reason, "expired") {
+		if lost.Type != sidecarclient.EventLost || lost.Token != first.Token || !strings.Contains(lost.Reason, "expired") {
 			t.Fatalf("want a lost notice for token %d, got %+v", first.Token, lost)
 		}
 		if a.Ready() {
@@ -140,11 +140,11 @@ func TestHolderLossRequeues(t *testing.T) {
 		}
 		time.Sleep(5 * time.Second)
 		st, _ := b.Lock("orders")
-		if st.State != api.StateHeld || st.Token <= first.Token {
+		if st.State != sidecarclient.StateHeld || st.Token <= first.Token {
 			t.Fatalf("b should hold a newer token: %+v", st)
 		}
 		st, _ = a.Lock("orders")
-		if st.State != api.StateWaiting {
+		if st.State != sidecarclient.StateWaiting {
 			t.Fatalf("a should queue again: %+v", st)
 		}
 		_ = b.Shutdown(ctx)
@@ -164,21 +164,21 @@ func TestHolderTryMode(t *testing.T) {
 			t.Fatal("try mode: started at once, not ready before acquiring")
 		}
 		st, err := a.Acquire(ctx, "orders", 0)
-		if err != nil || st.State != api.StateHeld || st.Token < 1 {
+		if err != nil || st.State != sidecarclient.StateHeld || st.Token < 1 {
 			t.Fatalf("try on a free lock: %+v %v", st, err)
 		}
 		firstToken := st.Token
 		if again, err := a.Acquire(ctx, "orders", 0); err != nil || again.Token != st.Token {
 			t.Fatalf("acquiring a held lock again should be idempotent: %+v %v", again, err)
 		}
-		if _, err := b.Acquire(ctx, "orders", 0); !errors.Is(err, api.ErrLocked) {
+		if _, err := b.Acquire(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrLocked) {
 			t.Fatalf("try on a held lock: %v", err)
 		}
 		start := time.Now()
-		if _, err := b.Acquire(ctx, "orders", 2*time.Second); !errors.Is(err, api.ErrLocked) || time.Since(start) < 2*time.Second {
+		if _, err := b.Acquire(ctx, "orders", 2*time.Second); !errors.Is(err, sidecarclient.ErrLocked) || time.Since(start) < 2*time.Second {
 			t.Fatalf("bounded wait on a held lock: %v after %v", err, time.Since(start))
 		}
-		got := make(chan api.LockStatus, 1)
+		got := make(chan sidecarclient.LockStatus, 1)
 		go func() {
 			st, err := b.Acquire(ctx, "orders", time.Minute)
 			if err != nil {
@@ -187,20 +187,20 @@ func TestHolderTryMode(t *testing.T) {
 			got <- st
 		}()
 		time.Sleep(time.Second)
-		if st, err := a.Release(ctx, "orders"); err != nil || st.State != api.StateIdle {
+		if st, err := a.Release(ctx, "orders"); err != nil || st.State != sidecarclient.StateIdle {
 			t.Fatalf("release: %+v %v", st, err)
 		}
 		if st := <-got; st.Token != firstToken+1 {
 			t.Fatalf("waiter got %+v", st)
 		}
-		if _, err := a.Release(ctx, "orders"); !errors.Is(err, api.ErrNotHeld) {
+		if _, err := a.Release(ctx, "orders"); !errors.Is(err, sidecarclient.ErrNotHeld) {
 			t.Fatalf("release when not held: %v", err)
 		}
-		if _, err := a.Acquire(ctx, "nope", 0); !errors.Is(err, api.ErrUnknownLock) {
+		if _, err := a.Acquire(ctx, "nope", 0); !errors.Is(err, sidecarclient.ErrUnknownLock) {
 			t.Fatalf("unknown lock: %v", err)
 		}
 		blocking, _ := newTestHolder(t, mem, 3, testOptions(t, "c", batonv1.ModeBlocking, "orders"))
-		if _, err := blocking.Acquire(ctx, "orders", 0); !errors.Is(err, api.ErrNotTryMode) {
+		if _, err := blocking.Acquire(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrNotTryMode) {
 			t.Fatalf("acquire in blocking mode: %v", err)
 		}
 		_ = a.Shutdown(ctx)
@@ -224,15 +224,15 @@ func TestHolderNeverReportsHeldPastDeadline(t *testing.T) {
 		defer stop()
 		h.Start(ctx)
 		defer h.Shutdown(ctx)
-		if e := next(t, events); e.Type != api.EventAcquired {
+		if e := next(t, events); e.Type != sidecarclient.EventAcquired {
 			t.Fatalf("%+v", e)
 		}
 		clk.Set(3 * time.Second) // the lease's deadline passed; its timer has not run
 		st, _ := h.Lock("orders")
-		if st.State == api.StateHeld || st.LeaseRemainingMs != 0 {
+		if st.State == sidecarclient.StateHeld || st.LeaseRemainingMs != 0 {
 			t.Fatalf("status past the self-fence deadline: %+v", st)
 		}
-		if locks := h.Locks(); locks[0].State == api.StateHeld {
+		if locks := h.Locks(); locks[0].State == sidecarclient.StateHeld {
 			t.Fatalf("Locks past the self-fence deadline: %+v", locks)
 		}
 		if h.Ready() {

@@ -14,7 +14,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/lock/memstore"
-	"github.com/baton-dev/baton/sidecar/api"
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 func TestMetricsFollowTheLock(t *testing.T) {
@@ -31,7 +31,7 @@ func TestMetricsFollowTheLock(t *testing.T) {
 		defer stop()
 		h.Start(ctx)
 		acquired := next(t, events)
-		if acquired.Type != api.EventAcquired {
+		if acquired.Type != sidecarclient.EventAcquired {
 			t.Fatalf("%+v", acquired)
 		}
 		if got := testutil.ToFloat64(m.held.WithLabelValues("orders")); got != 1 {
@@ -49,7 +49,7 @@ func TestMetricsFollowTheLock(t *testing.T) {
 			t.Fatalf("store request histogram has %d series, want load, queue and cas at least", n)
 		}
 		cut.Partition(time.Minute)
-		if e := next(t, events); e.Type != api.EventLost {
+		if e := next(t, events); e.Type != sidecarclient.EventLost {
 			t.Fatalf("%+v", e)
 		}
 		if got := testutil.ToFloat64(m.losses.WithLabelValues("orders", "expired")); got != 1 {

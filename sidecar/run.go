@@ -12,9 +12,9 @@ import (
 	"github.com/go-logr/logr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock/cassandrastore"
-	"github.com/baton-dev/baton/sidecar/api"
 )
 
 // Run runs the sidecar until ctx ends (SIGTERM), then shuts down within opts.ShutdownTimeout:
@@ -59,7 +59,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		return err
 	}
 	log.Info("serving metrics", "address", "http://"+metricsLn.Addr().String()+"/metrics")
-	handler, err := api.NewHandler(holder, api.WithLogger(log.WithName("api")))
+	handler, err := sidecarapi.NewHandler(holder, sidecarapi.WithLogger(log.WithName("api")))
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func retry[T any](ctx context.Context, log logr.Logger, msg string, f func() (T,
 
 // listen opens the unix socket and, when configured, the loopback TCP address.
 func listen(ctx context.Context, opts Options) ([]net.Listener, error) {
-	unix, err := api.ListenUnix(ctx, opts.SocketPath)
+	unix, err := sidecarapi.ListenUnix(ctx, opts.SocketPath)
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: %s: %w", sidecarcontract.Socket, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/baton-dev/baton/cli"
+	"github.com/baton-dev/baton/internal/cli"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/baton-dev/baton/operator"
+	"github.com/baton-dev/baton/internal/operator"
 )
 
 func main() {

@@ -19,7 +19,7 @@ import (
 	"github.com/baton-dev/baton/internal/localcassandra"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/lock/cassandrastore"
-	"github.com/baton-dev/baton/sidecar/api"
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 var (
@@ -59,7 +59,7 @@ var schemaOnce sync.Once
 type sidecarProc struct {
 	name   string
 	cmd    *exec.Cmd
-	client *api.Client
+	client *sidecarclient.Client
 	out    *testenv.SyncBuffer
 	exited chan error
 }
@@ -69,7 +69,7 @@ func startSidecar(t *testing.T, ns, name string, extraEnv ...string) *sidecarPro
 	t.Helper()
 	cl := storeReady(t)
 	socket := filepath.Join(t.TempDir(), name+".sock")
-	p := &sidecarProc{name: name, out: &testenv.SyncBuffer{}, exited: make(chan error, 1), client: api.NewClient(socket)}
+	p := &sidecarProc{name: name, out: &testenv.SyncBuffer{}, exited: make(chan error, 1), client: sidecarclient.New(socket)}
 	p.cmd = exec.Command(binary)
 	p.cmd.Env = append(os.Environ(),
 		"BATON_LOCK_IDS=orders", "BATON_CASSANDRA_HOSTS="+strings.Join(cl.Hosts(), ","),
@@ -162,14 +162,14 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 }
 
 // events subscribes to a sidecar's event stream for the rest of the test.
-func events(t *testing.T, p *sidecarProc) <-chan api.Event {
+func events(t *testing.T, p *sidecarProc) <-chan sidecarclient.Event {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	ch, _ := p.client.Events(ctx)
 	return ch
 }
 
-func nextEvent(t *testing.T, ch <-chan api.Event, within time.Duration) api.Event {
+func nextEvent(t *testing.T, ch <-chan sidecarclient.Event, within time.Duration) sidecarclient.Event {
 	t.Helper()
 	select {
 	case e, ok := <-ch:
@@ -180,7 +180,7 @@ func nextEvent(t *testing.T, ch <-chan api.Event, within time.Duration) api.Even
 	case <-time.After(within):
 		t.Fatalf("no event within %v", within)
 	}
-	return api.Event{}
+	return sidecarclient.Event{}
 }
 
 func TestThreeSidecarsHandOff(t *testing.T) {
@@ -197,11 +197,11 @@ func TestThreeSidecarsHandOff(t *testing.T) {
 		t.Fatalf("the holder changed from %s to %s without cause", first.name, holder.name)
 	}
 	st, err := holder.client.Lock(context.Background(), "orders")
-	if err != nil || st.State != api.StateHeld {
+	if err != nil || st.State != sidecarclient.StateHeld {
 		t.Fatalf("holder status %+v %v", st, err)
 	}
 	t.Logf("holder %s token %d; RSS of a sidecar: %d KiB", holder.name, st.Token, holder.rssKiB(t))
-	streams := map[*sidecarProc]<-chan api.Event{}
+	streams := map[*sidecarProc]<-chan sidecarclient.Event{}
 	for _, p := range all {
 		if p != holder {
 			streams[p] = events(t, p)
@@ -222,13 +222,13 @@ func TestThreeSidecarsHandOff(t *testing.T) {
 		t.Fatal("sidecar did not exit within 10s of SIGTERM")
 	}
 	var next *sidecarProc
-	var acquired api.Event
+	var acquired sidecarclient.Event
 	deadline := time.After(10 * time.Second)
 	for next == nil {
 		for p, ch := range streams {
 			select {
 			case e := <-ch:
-				if e.Type == api.EventAcquired {
+				if e.Type == sidecarclient.EventAcquired {
 					next, acquired = p, e
 				}
 			case <-deadline:
@@ -262,7 +262,7 @@ func TestThreeSidecarsHandOff(t *testing.T) {
 	killAt := time.Now()
 	next.cmd.Process.Kill()
 	e := nextEvent(t, streams[last], lease+5*time.Second)
-	if e.Type != api.EventAcquired || e.Token <= acquired.Token {
+	if e.Type != sidecarclient.EventAcquired || e.Token <= acquired.Token {
 		t.Fatalf("after SIGKILL: %+v", e)
 	}
 	took := time.Since(killAt)
@@ -284,13 +284,13 @@ func TestPausedHolderReportsLoss(t *testing.T) {
 
 	a.cmd.Process.Signal(syscall.SIGSTOP)
 	e := nextEvent(t, bEvents, 2*lease+5*time.Second)
-	if e.Type != api.EventAcquired || e.Token <= st.Token {
+	if e.Type != sidecarclient.EventAcquired || e.Token <= st.Token {
 		t.Fatalf("b after a paused: %+v", e)
 	}
 	time.Sleep(lease) // a stays paused well past its lease
 	a.cmd.Process.Signal(syscall.SIGCONT)
 	lost := nextEvent(t, aEvents, 10*time.Second)
-	if lost.Type != api.EventLost || lost.Token != st.Token {
+	if lost.Type != sidecarclient.EventLost || lost.Token != st.Token {
 		t.Fatalf("a after resuming: %+v, want lost for token %d", lost, st.Token)
 	}
 	t.Logf("paused holder reported on resume: %s (%s)", lost.Type, lost.Reason)
@@ -299,7 +299,7 @@ func TestPausedHolderReportsLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cur.State == api.StateHeld && cur.Token == st.Token {
+		if cur.State == sidecarclient.StateHeld && cur.Token == st.Token {
 			t.Fatalf("a claims its old token %d again", st.Token)
 		}
 		if a.ready(t) && cur.Token <= st.Token {

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
+	"github.com/baton-dev/baton/internal/inject"
 )
 
 func lockIn(ns, name string, traffic batonv1.TrafficPolicy) batonv1.DistributedLock {

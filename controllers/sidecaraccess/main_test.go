@@ -26,11 +26,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
+	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/manifests"
+	"github.com/baton-dev/baton/internal/operator"
 	"github.com/baton-dev/baton/internal/testenv"
-	"github.com/baton-dev/baton/operator"
 )
 
 var kube = testenv.NewKubeWithCRDs("../../config/crd/bases")

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/inject"
 )
 
 // ControllerName names the controller in logs and metrics.

@@ -36,8 +36,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/controllers/inject"
 	"github.com/baton-dev/baton/internal/devcluster"
+	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/localcassandra"
 	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/internal/nodeagent"

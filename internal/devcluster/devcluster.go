@@ -29,11 +29,11 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/baton-dev/baton/controllers/webhook"
 	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/internal/manifests"
 	"github.com/baton-dev/baton/internal/nodeagent"
-	"github.com/baton-dev/baton/operator"
+	"github.com/baton-dev/baton/internal/operator"
+	"github.com/baton-dev/baton/internal/webhook"
 )
 
 // Names the chart uses.

@@ -32,10 +32,10 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
-	"github.com/baton-dev/baton/sidecar/api"
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 // Config configures an Agent.
@@ -71,7 +71,7 @@ type Sidecar struct {
 	UID    types.UID
 	Socket string
 	// Client talks to the sidecar's API on Socket.
-	Client *api.Client
+	Client *sidecarclient.Client
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error // set before exited closes
@@ -234,7 +234,7 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (*Sidecar, error) {
 	}
 	s := &Sidecar{Pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, UID: pod.UID,
 		Socket: filepath.Join(base, "baton.sock"), exited: make(chan struct{})}
-	s.Client = api.NewClient(s.Socket)
+	s.Client = sidecarclient.New(s.Socket)
 	env = append(env, "PATH="+os.Getenv("PATH"), sidecarcontract.Socket.Env()+"="+s.Socket,
 		sidecarcontract.Kubeconfig.Env()+"="+kubeconfig, sidecarcontract.MetricsAddr.Env()+"=127.0.0.1:0")
 	s.cmd = exec.Command(a.cfg.SidecarBinary, c.Args...)

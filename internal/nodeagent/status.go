@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/baton-dev/baton/controllers/inject"
+	"github.com/baton-dev/baton/internal/inject"
 )
 
 // kubeletConditions are the pod conditions a kubelet owns.

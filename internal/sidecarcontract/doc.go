@@ -17,7 +17,8 @@
 //   - the store key of a lock ID and the owner identity of a pod (StoreLockID, OwnerIdentity,
 //     PodOfOwner).
 //
-// It imports only the baton.dev/v1 API types and the standard library, so the injection policy
-// can use it without pulling in the sidecar's runtime (the Cassandra driver, client-go,
-// Prometheus).
+// It imports only the baton.dev/v1 API types, the app-facing sidecarclient (for the socket's path
+// and variable, which apps need without baton's internals; it imports only the standard library)
+// and the standard library, so the injection policy can use it without pulling in the sidecar's
+// runtime (the Cassandra driver, client-go, Prometheus).
 package sidecarcontract

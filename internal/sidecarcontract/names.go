@@ -1,6 +1,10 @@
 package sidecarcontract
 
-import "time"
+import (
+	"time"
+
+	"github.com/baton-dev/baton/sidecarclient"
+)
 
 // The socket of the sidecar's localhost API, in an emptyDir volume shared by the sidecar and every
 // app container.
@@ -8,15 +12,15 @@ const (
 	// SocketDir is where the socket volume is mounted in the sidecar and the app containers.
 	SocketDir = "/var/run/baton"
 	// SocketPath is the socket, in SocketDir. The sidecar serves it unless told otherwise (setting
-	// Socket); apps find it in EnvSocket.
-	SocketPath = "/var/run/baton/baton.sock"
+	// Socket); apps find it in EnvSocket. The app-facing client package defines it.
+	SocketPath = sidecarclient.SocketPath
 )
 
 // The environment the webhook gives every app container.
 const (
 	// EnvSocket holds the path of the sidecar's socket. The sidecar reads the same variable for
 	// setting Socket, so both agree on one value.
-	EnvSocket = "BATON_SOCKET"
+	EnvSocket = sidecarclient.EnvSocket
 	// EnvLocks holds the DistributedLock's lock IDs, comma-separated.
 	EnvLocks = "BATON_LOCKS"
 )

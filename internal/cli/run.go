@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/cassandraflags"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+// runOptions are the settings of baton run.
+type runOptions struct {
+	argv   []string
+	lockID string
+	wait   time.Duration
+	grace  time.Duration
+
+	socket string // sidecar mode
+
+	cassandra    cassandrastore.Connection // direct mode, when it has contact points
+	lease        time.Duration
+	createSchema bool
+	verbose      bool
+}
+
+// directOnly are the flags of run that make sense only without a sidecar, besides
+// --cassandra-hosts, which selects that mode.
+var directOnly = func() []string {
+	flags := []string{"lease", "create-schema", "verbose"}
+	for _, s := range sidecarcontract.CassandraSettings() {
+		if s != sidecarcontract.CassandraHosts {
+			flags = append(flags, s.Flag())
+		}
+	}
+	return flags
+}()
+
+// run holds a lock while a command runs, through the sidecar or directly in Cassandra.
+func (p *program) run(ctx context.Context, args []string) (int, error) {
+	fs := newFlagSet("run")
+	socket := fs.String("socket", "", "the sidecar's API socket")
+	lockID := fs.String("lock", "", "the lock to hold")
+	wait := durationFlag(fs, "wait", DefaultWait, "how long to wait for the lock")
+	grace := durationFlag(fs, "grace", DefaultGrace, "time between SIGTERM and SIGKILL")
+	cassandra := sidecarcontract.Register(fs, p.env, sidecarcontract.CassandraSettings()...)
+	lease := durationFlag(fs, "lease", lock.DefaultLease, "lease duration")
+	createSchema := fs.Bool("create-schema", false, "create baton's keyspace and tables first")
+	verbose := fs.Bool("verbose", false, "log the lock's progress")
+	argv, err := parseFlags(fs, "run", args, true)
+	if err != nil {
+		return 0, err
+	}
+	if len(argv) == 0 {
+		return 0, usagef("run", "no command to run: write baton run [flags] -- CMD [ARGS...]")
+	}
+	o := runOptions{argv: argv, lockID: strings.TrimSpace(*lockID), wait: *wait, grace: *grace,
+		socket: *socket, lease: *lease, createSchema: *createSchema, verbose: *verbose}
+	if o.lockID != "" {
+		if err := lock.ValidateLockID(o.lockID); err != nil {
+			return 0, usagef("run", "--lock %q: %v: give 1 to %d printable characters without spaces", o.lockID, err, lock.MaxIDLength)
+		}
+	}
+
+	if cassandra.Get(sidecarcontract.CassandraHosts) != "" {
+		if o.lockID == "" {
+			return 0, usagef("run", "--lock is required with --cassandra-hosts: name the lock to hold, e.g. --lock nightly-report")
+		}
+		if !flagSet(fs, "wait") {
+			o.wait = 0
+		}
+		var errs []error
+		if o.cassandra, errs = cassandraflags.Read(cassandra); len(errs) > 0 {
+			return 0, usagef("run", "%s", problems(errs))
+		}
+		if o.lease < lock.MinLease || o.lease > lock.MaxLease {
+			return 0, usagef("run", "--lease is %v: give a duration from %v to %v", o.lease, lock.MinLease, lock.MaxLease)
+		}
+		return p.runDirect(ctx, o)
+	}
+	for _, f := range directOnly {
+		if flagSet(fs, f) {
+			return 0, usagef("run", "--%s applies only without a sidecar: give %s too, or drop --%s", f, sidecarcontract.CassandraHosts, f)
+		}
+	}
+	o.socket = p.socketPath(o.socket)
+	if err := checkSocket("run", o.socket, " For use outside Kubernetes give "+sidecarcontract.CassandraHosts.String()+"."); err != nil {
+		return 0, err
+	}
+	return p.runSidecar(ctx, o)
+}
+
+// problems formats settings problems for a usage error: one on its line, several under a heading.
+func problems(errs []error) string {
+	if len(errs) == 1 {
+		return errs[0].Error()
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return "invalid Cassandra settings:\n  " + strings.Join(msgs, "\n  ")
+}
+
+// runSidecar runs CMD under a lock the pod's sidecar holds.
+func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
+	c := sidecarclient.New(o.socket)
+	// Subscribe before acquiring or reading the state, so that a loss right after it is seen.
+	streamCtx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	events, _ := c.Events(streamCtx)
+	st := &stream{events: events}
+
+	id := o.lockID
+	if id == "" {
+		ls, err := c.Locks(ctx)
+		if err != nil {
+			return ExitFailure, sidecarError(o.socket, err)
+		}
+		var ids []string
+		for _, l := range ls {
+			ids = append(ids, l.LockID)
+		}
+		if len(ids) != 1 {
+			return 0, usagef("run", "--lock is required: the pod declares %d locks (%s); name the one CMD needs", len(ids), strings.Join(ids, ", "))
+		}
+		id = ids[0]
+	}
+
+	// 1. Try mode: ask the sidecar for the lock. Blocking mode answers ErrNotTryMode: the sidecar
+	//    acquires by itself, so wait until it holds the lock.
+	acquired := false
+	status, err := c.Acquire(ctx, id, o.wait)
+	var ae *sidecarclient.Error
+	switch {
+	case err == nil:
+		acquired = true
+	case errors.Is(err, sidecarclient.ErrNotTryMode):
+		t := newTracker("run", []string{id})
+		err := p.waitHeld(ctx, c, st, t, o.wait)
+		var te *timeoutError
+		switch {
+		case errors.As(err, &te):
+			return ExitTempFail, fmt.Errorf("lock %q is not held by this pod after --wait %v: %s", id, o.wait, te.pending)
+		case err != nil:
+			return ExitFailure, err
+		}
+		status = t.state[id]
+	case errors.Is(err, sidecarclient.ErrLocked):
+		holder := "another pod"
+		if errors.As(err, &ae) && ae.Lock != nil && ae.Lock.Holder != "" {
+			holder = ae.Lock.Holder
+		}
+		return ExitTempFail, fmt.Errorf("lock %q held by %s; not running %s (retry later or give a longer --wait)", id, holder, o.argv[0])
+	case errors.Is(err, sidecarclient.ErrUnknownLock) && errors.As(err, &ae):
+		return 0, usagef("run", "%s", ae.Message)
+	case ctx.Err() != nil:
+		return ExitFailure, context.Cause(ctx)
+	default:
+		return ExitFailure, sidecarError(o.socket, err)
+	}
+	release := func() {
+		if !acquired {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := c.Release(rctx, id); err != nil && !errors.Is(err, sidecarclient.ErrNotHeld) {
+			fmt.Fprintf(p.stderr, "baton: releasing lock %q: %v (the sidecar frees it when its lease ends)\n", id, err)
+		}
+	}
+	if st.events == nil {
+		release()
+		return ExitTempFail, fmt.Errorf("the sidecar ended its event stream before %s started (is it shutting down?); lock %q not used", o.argv[0], id)
+	}
+
+	// 2. Run CMD, watching for the loss of the lock.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	lost := make(chan error, 1)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		p.watchSidecar(watchCtx, c, st.events, id, status.Token, lost)
+	}()
+	res, err := p.supervise(ctx, childSpec{argv: o.argv, grace: o.grace, env: childEnv(id, status.Token)}, lost)
+	stopWatch()
+	<-watched
+	if err != nil {
+		release()
+		return res.code, err
+	}
+	if res.lost != nil {
+		return ExitTempFail, fmt.Errorf("lost lock %q (token %d) while %s ran: %v; %s", id, status.Token,
+			o.argv[0], res.lost, stopMessage(o.argv[0], res, o.grace))
+	}
+	// 3. Give the lock back (Try mode) and pass CMD's exit code on.
+	release()
+	if res.stopped && ctx.Err() != nil {
+		return res.code, context.Cause(ctx)
+	}
+	return res.code, nil
+}
+
+// stream is the sidecar's event stream; events is nil once it ended.
+type stream struct{ events <-chan sidecarclient.Event }
+
+// watchSidecar reports on lost when the lock stops being held with token: a lost or released
+// event for it, a newer grant, the end of the event stream, or (slow fallback) a state read that
+// disagrees. It returns after the first report or when ctx ends.
+func (p *program) watchSidecar(ctx context.Context, c *sidecarclient.Client, events <-chan sidecarclient.Event, id string, token int64, lost chan<- error) {
+	tick := time.NewTicker(p.poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				if ctx.Err() == nil {
+					lost <- errors.New("the sidecar ended its event stream (it is shutting down or restarting)")
+				}
+				return
+			}
+			if err := lossFromEvent(ev, id, token); err != nil {
+				lost <- err
+				return
+			}
+		case <-tick.C:
+			l, err := c.Lock(ctx, id)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				lost <- fmt.Errorf("cannot reach the sidecar: %w", err)
+				return
+			}
+			if l.State != sidecarclient.StateHeld || l.Token != token {
+				lost <- fmt.Errorf("the sidecar reports it %s", describe(l))
+				return
+			}
+		}
+	}
+}
+
+// lossFromEvent says whether ev means that lock id is no longer held with token. Events about
+// earlier grants (smaller tokens) are stale and ignored.
+func lossFromEvent(ev sidecarclient.Event, id string, token int64) error {
+	if ev.LockID != id || (ev.Token != 0 && ev.Token < token) {
+		return nil
+	}
+	switch ev.Type {
+	case sidecarclient.EventLost:
+		reason := ev.Reason
+		if reason == "" {
+			reason = "no reason given"
+		}
+		return fmt.Errorf("the sidecar lost it (%s)", reason)
+	case sidecarclient.EventReleased:
+		return errors.New("it was released through the sidecar's API")
+	case sidecarclient.EventAcquired:
+		if ev.Token != token {
+			return fmt.Errorf("it was granted again with token %d", ev.Token)
+		}
+	}
+	return nil
+}
+
+// hostname returns the machine's host name for owner identities.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}

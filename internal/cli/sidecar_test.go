@@ -1,0 +1,324 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+var (
+	heldOrders = sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateHeld, Token: 7, LeaseRemainingMs: 12345}
+	waitOrders = sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateWaiting, QueuePosition: 2, Holder: "shop/orders-1"}
+	idleReport = sidecarclient.LockStatus{LockID: "report", State: sidecarclient.StateIdle}
+	lostBilled = sidecarclient.LockStatus{LockID: "billing", State: sidecarclient.StateLost, Token: 3, Reason: "lease expired"}
+)
+
+// notTryMode is the Acquire of a Blocking-mode lock.
+func notTryMode(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
+	return sidecarclient.LockStatus{}, sidecarclient.ErrNotTryMode
+}
+
+func TestStatusTable(t *testing.T) {
+	f := &fakeService{t: t}
+	f.staticLocks(heldOrders, waitOrders, idleReport, lostBilled)
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"status"}, env: map[string]string{"BATON_SOCKET": sock}})
+	if inv.code != 0 {
+		t.Fatalf("exit %d, stderr: %s", inv.code, inv.stderr.String())
+	}
+	want := `LOCK     STATE    TOKEN  HOLDER         POSITION  LEASE LEFT
+orders   held     7      -              -         12.3s
+orders   waiting  -      shop/orders-1  2         -
+report   idle     -      -              -         -
+billing  lost     3      -              -         -
+`
+	if got := inv.stdout.String(); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	f := &fakeService{t: t}
+	f.staticLocks(heldOrders, idleReport)
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"status", "--json", "--socket", sock}})
+	if inv.code != 0 {
+		t.Fatalf("exit %d, stderr: %s", inv.code, inv.stderr.String())
+	}
+	var got struct {
+		Locks []sidecarclient.LockStatus `json:"locks"`
+	}
+	if err := json.Unmarshal([]byte(inv.stdout.String()), &got); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, inv.stdout.String())
+	}
+	if want := []sidecarclient.LockStatus{heldOrders, idleReport}; !reflect.DeepEqual(got.Locks, want) {
+		t.Errorf("locks = %+v, want %+v", got.Locks, want)
+	}
+}
+
+func TestWaitReturnsOnAcquiredEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		push []sidecarclient.Event
+		want string
+	}{
+		{"one lock", []string{"--lock", "orders"},
+			[]sidecarclient.Event{{Type: sidecarclient.EventAcquired, LockID: "orders", Token: 8}},
+			"orders token 8\n"},
+		{"every declared lock", nil,
+			[]sidecarclient.Event{
+				{Type: sidecarclient.EventAcquired, LockID: "orders", Token: 8},
+				{Type: sidecarclient.EventAcquired, LockID: "other", Token: 3}, // not declared: ignored
+				{Type: sidecarclient.EventAcquired, LockID: "report", Token: 2},
+			},
+			"orders token 8\nreport token 2\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeService{t: t, events: true}
+			f.staticLocks(waitOrders, idleReport)
+			sock := serve(t, f)
+			inv := start(t, &invocation{args: append([]string{"wait", "--socket", sock, "--timeout", "1m"}, tc.args...)})
+			f.waitSubscribed(1)
+			for i, ev := range tc.push {
+				select {
+				case <-inv.done:
+					t.Fatalf("wait exited before event %d: %d, stderr: %s", i, inv.code, inv.stderr.String())
+				default:
+				}
+				f.push(ev)
+			}
+			if code := inv.wait(t, 10*time.Second); code != 0 {
+				t.Fatalf("exit %d, stderr: %s", code, inv.stderr.String())
+			}
+			if got := inv.stdout.String(); got != tc.want {
+				t.Errorf("stdout = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWaitTimesOut(t *testing.T) {
+	f := &fakeService{t: t, events: true}
+	f.staticLocks(waitOrders)
+	sock := serve(t, f)
+	start := time.Now()
+	inv := runCLI(t, &invocation{args: []string{"wait", "--socket", sock, "--lock", "orders", "--timeout", "300ms"}})
+	if inv.code != ExitFailure {
+		t.Fatalf("exit %d, want 1; stderr: %s", inv.code, inv.stderr.String())
+	}
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Errorf("returned after %v, before the timeout", el)
+	}
+	want := `baton: timed out after 300ms waiting for orders (waiting, position 2, held by shop/orders-1)`
+	if got := inv.stderr.String(); !strings.Contains(got, want) {
+		t.Errorf("stderr = %q, want it to contain %q", got, want)
+	}
+	if inv.stdout.String() != "" {
+		t.Errorf("stdout = %q, want nothing", inv.stdout.String())
+	}
+}
+
+func TestWaitFallsBackToPolling(t *testing.T) {
+	// An acquisition whose event was missed is still noticed by the slow re-read.
+	f := &fakeService{t: t, events: true}
+	var calls atomic.Int32
+	f.locks = func() []sidecarclient.LockStatus {
+		if calls.Add(1) < 3 {
+			return []sidecarclient.LockStatus{waitOrders}
+		}
+		return []sidecarclient.LockStatus{heldOrders}
+	}
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"wait", "--socket", sock, "--timeout", "1m"}, poll: 20 * time.Millisecond})
+	if inv.code != 0 || inv.stdout.String() != "orders token 7\n" {
+		t.Fatalf("exit %d, stdout %q, stderr: %s", inv.code, inv.stdout.String(), inv.stderr.String())
+	}
+}
+
+func TestRunPassesTokenAndExitCode(t *testing.T) {
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.staticLocks(heldOrders)
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{
+		args: []string{"run", "--socket", sock, "--lock", "orders", "--", "sh", "-c", `echo "$BATON_TOKEN $BATON_LOCK"; exit 3`},
+		env:  map[string]string{},
+	})
+	if inv.code != 3 {
+		t.Fatalf("exit %d, want the child's 3; stderr: %s", inv.code, inv.stderr.String())
+	}
+	if got := inv.stdout.String(); got != "7 orders\n" {
+		t.Errorf("child printed %q, want %q", got, "7 orders\n")
+	}
+	if slices.Contains(f.Calls(), "Release orders") {
+		t.Errorf("a Blocking-mode lock was released: calls %v", f.Calls())
+	}
+}
+
+func TestRunWaitsForBlockingLock(t *testing.T) {
+	// The only declared lock is used without --lock; the child starts once the acquired event
+	// arrives, with its token.
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.staticLocks(waitOrders)
+	sock := serve(t, f)
+	inv := start(t, &invocation{args: []string{"run", "--socket", sock, "--", "sh", "-c", `echo "$BATON_TOKEN"`}})
+	f.waitSubscribed(1)
+	f.push(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: "orders", Token: 11})
+	if code := inv.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, inv.stderr.String())
+	}
+	if got := inv.stdout.String(); got != "11\n" {
+		t.Errorf("child printed %q, want 11", got)
+	}
+}
+
+func TestRunKillsChildWhenLockLost(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cmd     []string
+		grace   string
+		lose    func(f *fakeService)
+		wantErr []string
+	}{
+		{"lost event", []string{"sleep", "30"}, "10s",
+			func(f *fakeService) {
+				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "other", Token: 1})  // another lock: ignored
+				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 6}) // an earlier grant: ignored
+				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "lease expired"})
+			},
+			[]string{`lost lock "orders" (token 7)`, "lease expired", "sent SIGTERM to sleep"}},
+		{"stream ends", []string{"sleep", "30"}, "10s",
+			func(f *fakeService) { f.endStream() },
+			[]string{`lost lock "orders"`, "ended its event stream"}},
+		{"child ignores SIGTERM", []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}, "300ms",
+			func(f *fakeService) {
+				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7})
+			},
+			[]string{`lost lock "orders"`, "SIGKILL after 300ms"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeService{t: t, events: true, acquire: notTryMode}
+			f.staticLocks(heldOrders)
+			sock := serve(t, f)
+			args := append([]string{"run", "--socket", sock, "--lock", "orders", "--grace", tc.grace, "--"}, tc.cmd...)
+			inv := start(t, &invocation{args: args})
+			f.waitSubscribed(1)
+			if tc.cmd[0] == "sh" {
+				eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+			}
+			begin := time.Now()
+			tc.lose(f)
+			if code := inv.wait(t, 10*time.Second); code != ExitTempFail {
+				t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
+			}
+			if el := time.Since(begin); el > 5*time.Second {
+				t.Errorf("took %v to stop the child", el)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(inv.stderr.String(), w) {
+					t.Errorf("stderr %q does not contain %q", inv.stderr.String(), w)
+				}
+			}
+		})
+	}
+}
+
+func TestRunTryModeAcquiresAndReleases(t *testing.T) {
+	f := &fakeService{t: t, events: true}
+	f.staticLocks(idleReport)
+	var gotWait time.Duration
+	f.acquire = func(_ context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
+		gotWait = wait
+		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 9}, nil
+	}
+	f.release = func(_ context.Context, id string) (sidecarclient.LockStatus, error) {
+		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, nil
+	}
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "report", "--wait", "2s", "--",
+		"sh", "-c", `echo "$BATON_TOKEN $BATON_LOCK"`}})
+	if inv.code != 0 {
+		t.Fatalf("exit %d, stderr: %s", inv.code, inv.stderr.String())
+	}
+	if got := inv.stdout.String(); got != "9 report\n" {
+		t.Errorf("child printed %q, want %q", got, "9 report\n")
+	}
+	if gotWait != 2*time.Second {
+		t.Errorf("acquire wait = %v, want 2s", gotWait)
+	}
+	calls := f.Calls()
+	ia, ir := slices.Index(calls, "Acquire report"), slices.Index(calls, "Release report")
+	if ia < 0 || ir < ia {
+		t.Errorf("calls = %v, want Acquire report then Release report", calls)
+	}
+}
+
+func TestRunTryModeLocked(t *testing.T) {
+	f := &fakeService{t: t, events: true}
+	f.acquire = func(_ context.Context, id string, _ time.Duration) (sidecarclient.LockStatus, error) {
+		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Holder: "shop/report-2"}, sidecarclient.ErrLocked
+	}
+	f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{idleReport} } // for the error message
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "report", "--wait", "0", "--",
+		"sh", "-c", "echo should not run"}})
+	if inv.code != ExitTempFail {
+		t.Fatalf("exit %d, want 75; stderr: %s", inv.code, inv.stderr.String())
+	}
+	if !strings.Contains(inv.stderr.String(), `lock "report" held by shop/report-2`) {
+		t.Errorf("stderr = %q", inv.stderr.String())
+	}
+	if inv.stdout.String() != "" {
+		t.Errorf("the child ran: %q", inv.stdout.String())
+	}
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.staticLocks(heldOrders)
+	sock := serve(t, f)
+	sigs := make(chan os.Signal, 1)
+	inv := start(t, &invocation{sigs: sigs, args: []string{"run", "--socket", sock, "--lock", "orders", "--",
+		"sh", "-c", `trap 'echo got INT; exit 7' INT; echo ready; while :; do sleep 0.05; done`}})
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	sigs <- syscall.SIGINT
+	if code := inv.wait(t, 10*time.Second); code != 7 {
+		t.Fatalf("exit %d, want the child's 7; stderr: %s", code, inv.stderr.String())
+	}
+	if !strings.Contains(inv.stdout.String(), "got INT") {
+		t.Errorf("child output %q, want it to have got SIGINT", inv.stdout.String())
+	}
+}
+
+func TestSignalBeforeChildStops(t *testing.T) {
+	// A signal while wait is waiting stops it with 128+signal.
+	f := &fakeService{t: t, events: true}
+	f.staticLocks(waitOrders)
+	sock := serve(t, f)
+	sigs := make(chan os.Signal, 1)
+	inv := start(t, &invocation{sigs: sigs, args: []string{"wait", "--socket", sock}})
+	f.waitSubscribed(1)
+	sigs <- syscall.SIGTERM
+	if code := inv.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit %d, want 143; stderr: %s", code, inv.stderr.String())
+	}
+}
+
+func TestRunChildKilledBySignal(t *testing.T) {
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.staticLocks(heldOrders)
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--", "sh", "-c", "kill -KILL $$"}})
+	if inv.code != 128+9 {
+		t.Fatalf("exit %d, want 137; stderr: %s", inv.code, inv.stderr.String())
+	}
+}

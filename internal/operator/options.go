@@ -1,0 +1,269 @@
+// Package operator runs baton's operator: the sidecar-injecting admission webhook (with its
+// serving certificate), the DistributedLock status reconciler and the per-namespace sidecar
+// permissions, under one controller-runtime manager with leader election, metrics and health
+// endpoints. cmd/operator is a thin main around ParseOptions and Run.
+package operator
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+)
+
+// Webhook certificate modes.
+const (
+	// CertsSelf: the operator creates and rotates the serving certificate in a Secret
+	// (open-policy-agent/cert-controller) and writes its CA into the MutatingWebhookConfiguration.
+	CertsSelf = "self"
+	// CertsExternal: something else (cert-manager) writes the Secret and the caBundle; the
+	// operator serves whatever appears in the certificate directory.
+	CertsExternal = "external"
+)
+
+// Native-sidecar modes.
+const (
+	NativeAuto  = "auto"
+	NativeTrue  = "true"
+	NativeFalse = "false"
+)
+
+// Options are the operator's settings, one flag each (see Usage).
+type Options struct {
+	Kubeconfig  string
+	Namespace   string // the operator's namespace: leader-election Lease and webhook Secret
+	MetricsAddr string
+	ProbeAddr   string
+
+	LeaderElect      bool
+	LeaderElectionID string
+
+	WebhookPort          int
+	WebhookCertDir       string
+	WebhookCerts         string // CertsSelf or CertsExternal
+	WebhookSecret        string
+	WebhookService       string
+	WebhookConfiguration string
+	// WebhookExtraDNSNames are more names for the self-made certificate, for a webhook reached by
+	// URL (out-of-cluster development and tests).
+	WebhookExtraDNSNames []string
+
+	// Inject is the sidecar configuration (image, resources, default Cassandra connection,
+	// Global allow-list). NativeSidecars in it is decided by NativeSidecars below.
+	Inject         inject.Config
+	NativeSidecars string // NativeAuto, NativeTrue or NativeFalse
+
+	// Operator's own credentials for the default contact points: files from a mounted Secret.
+	CassandraUsernameFile, CassandraPasswordFile      string
+	CassandraTLSCA, CassandraTLSCert, CassandraTLSKey string
+
+	EnsureSchema      bool
+	SchemaReplication string
+	StatusInterval    time.Duration
+	LogVerbosity      int
+}
+
+// flagSet declares every flag into o, with its default. Flags whose Options field has a string
+// type are bound to that field directly; lists and quantities use the flag.Value types below. The
+// returned quantity flags hold the errors ParseOptions reports (see quantityFlag).
+func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantityFlag) {
+	fs := flag.NewFlagSet("baton-operator", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file, outside a cluster (default: in-cluster config or $KUBECONFIG)")
+	fs.StringVar(&o.Namespace, "namespace", getenv("POD_NAMESPACE"), "the operator's namespace, for its leader-election Lease and webhook Secret (default $POD_NAMESPACE)")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one replica to run the reconcilers (every replica serves the webhook)")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "baton-operator.baton.dev", "name of the leader-election Lease")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/var/run/baton/webhook-certs", "directory holding the webhook's tls.crt and tls.key (the mounted webhook Secret)")
+	fs.StringVar(&o.WebhookCerts, "webhook-certs", CertsSelf, "who provides the webhook serving certificate: self (the operator creates and rotates it) or external (e.g. cert-manager)")
+	fs.StringVar(&o.WebhookSecret, "webhook-secret", "baton-webhook-tls", "Secret in --namespace holding the webhook serving certificate")
+	fs.StringVar(&o.WebhookService, "webhook-service", "baton-webhook", "Service in --namespace in front of the webhook (its DNS name is in the certificate)")
+	fs.StringVar(&o.WebhookConfiguration, "webhook-configuration", "baton-inject", "MutatingWebhookConfiguration whose caBundle the operator maintains")
+	fs.StringVar(&o.Inject.Image, "sidecar-image", "", "sidecar image (required), e.g. ghcr.io/baton-dev/baton:v0.1.0")
+	fs.BoolVar(&o.EnsureSchema, "ensure-schema", true, "create the lock keyspace and tables when the operator first uses a connection")
+	fs.StringVar(&o.SchemaReplication, "schema-replication", cassandrastore.DefaultReplication, "CQL replication map of a keyspace the operator creates")
+	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "how often DistributedLock status is re-read from the lock store")
+	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
+	fs.StringVar(&o.NativeSidecars, "native-sidecars", NativeAuto, "inject native sidecars (Kubernetes >= 1.29): auto (from the server version), true or false")
+	fs.DurationVar(&o.Inject.ShutdownTimeout, "sidecar-shutdown-timeout", sidecarcontract.DefaultShutdownTimeout, "how long a sidecar may take to release its locks at shutdown (at most 5m)")
+	fs.StringVar(&o.CassandraUsernameFile, "cassandra-username-file", "", "file holding the operator's Cassandra user name for the default contact points")
+	fs.StringVar(&o.CassandraPasswordFile, "cassandra-password-file", "", "file holding the operator's Cassandra password")
+	fs.StringVar(&o.CassandraTLSCA, "cassandra-tls-ca", "", "PEM CA bundle verifying the default Cassandra servers (turns TLS on)")
+	fs.StringVar(&o.CassandraTLSCert, "cassandra-tls-cert", "", "PEM client certificate for the default Cassandra")
+	fs.StringVar(&o.CassandraTLSKey, "cassandra-tls-key", "", "PEM client key for the default Cassandra")
+	fs.StringVar(&o.Inject.Cassandra.Keyspace, "cassandra-keyspace", "baton", "default Cassandra keyspace")
+	fs.StringVar(&o.Inject.Cassandra.LocalDC, "cassandra-local-dc", "", "default local data centre (required by LOCAL_* consistencies)")
+	// Fields of named string types, bound as plain strings; ParseOptions normalises the
+	// consistencies and Validate checks them.
+	fs.StringVar((*string)(&o.Inject.ImagePullPolicy), "sidecar-image-pull-policy", string(corev1.PullIfNotPresent), "sidecar image pull policy: Always, IfNotPresent or Never")
+	fs.StringVar((*string)(&o.Inject.Cassandra.Consistency), "cassandra-consistency", string(batonv1.ConsistencyQuorum), "default consistency: QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL")
+	fs.StringVar((*string)(&o.Inject.Cassandra.SerialConsistency), "cassandra-serial-consistency", string(batonv1.SerialConsistencySerial), "default serial consistency: SERIAL or LOCAL_SERIAL")
+	fs.Var(listFlag{&o.Inject.Cassandra.ContactPoints}, "cassandra-hosts", "default Cassandra contact points, host[:port],...")
+	fs.Var(listFlag{&o.WebhookExtraDNSNames}, "webhook-extra-dns-names", "more DNS names for the self-made webhook certificate, comma-separated (for a webhook reached by URL)")
+	fs.Var(listFlag{&o.Inject.GlobalNamespaces}, "global-namespaces", `namespaces allowed to use scope Global, comma-separated ("*": all)`)
+	o.Inject.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	req, lim := o.Inject.Resources.Requests, o.Inject.Resources.Limits
+	quantities := []*quantityFlag{
+		quantityVar(fs, req, corev1.ResourceCPU, "sidecar-cpu-request", "10m", "sidecar CPU request (empty: none)"),
+		quantityVar(fs, lim, corev1.ResourceCPU, "sidecar-cpu-limit", "", "sidecar CPU limit (empty: none)"),
+		quantityVar(fs, req, corev1.ResourceMemory, "sidecar-memory-request", "32Mi", "sidecar memory request (empty: none)"),
+		quantityVar(fs, lim, corev1.ResourceMemory, "sidecar-memory-limit", "64Mi", "sidecar memory limit (empty: none)"),
+	}
+	return fs, quantities
+}
+
+// ParseOptions reads the operator's flags; getenv supplies POD_NAMESPACE. It returns flag.ErrHelp
+// for -h, and every problem at once otherwise.
+func ParseOptions(args []string, getenv func(string) string) (Options, error) {
+	var o Options
+	fs, quantities := o.flagSet(getenv)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Options{}, err
+		}
+		return Options{}, fmt.Errorf("operator: %w (run with -h for the list of flags)", err)
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("operator: unexpected argument %q: every setting is a --flag", fs.Arg(0))
+	}
+	var errs []error
+	for _, q := range quantities {
+		errs = append(errs, q.err)
+	}
+	c := &o.Inject.Cassandra
+	c.Consistency = batonv1.Consistency(upperWord(string(c.Consistency)))
+	c.SerialConsistency = batonv1.SerialConsistency(upperWord(string(c.SerialConsistency)))
+	if len(o.Inject.Resources.Requests) == 0 && len(o.Inject.Resources.Limits) == 0 {
+		// Every resource flag set empty on purpose: no requests or limits at all.
+		o.Inject.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{}}
+	}
+	if err := errors.Join(append(errs, o.Validate())...); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
+// Validate checks o and returns every problem at once.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("operator: "+format, args...)) }
+	if err := o.Inject.Validate(); err != nil {
+		bad("%w", err)
+	}
+	if o.Namespace == "" {
+		bad("--namespace is empty and POD_NAMESPACE is not set: give the operator's namespace")
+	}
+	if o.WebhookPort < 1 || o.WebhookPort > 65535 {
+		bad("--webhook-port=%d: want 1 to 65535", o.WebhookPort)
+	}
+	if o.WebhookCerts != CertsSelf && o.WebhookCerts != CertsExternal {
+		bad("--webhook-certs=%q: use self or external", o.WebhookCerts)
+	}
+	for flagName, v := range map[string]string{"webhook-cert-dir": o.WebhookCertDir, "webhook-secret": o.WebhookSecret,
+		"webhook-service": o.WebhookService, "webhook-configuration": o.WebhookConfiguration, "leader-election-id": o.LeaderElectionID} {
+		if strings.TrimSpace(v) == "" {
+			bad("--%s is empty", flagName)
+		}
+	}
+	switch o.NativeSidecars {
+	case NativeAuto, NativeTrue, NativeFalse:
+	default:
+		bad("--native-sidecars=%q: use auto, true or false", o.NativeSidecars)
+	}
+	if o.StatusInterval < time.Second || o.StatusInterval > time.Hour {
+		bad("--status-interval=%v: use 1s to 1h", o.StatusInterval)
+	}
+	if (o.CassandraUsernameFile == "") != (o.CassandraPasswordFile == "") {
+		bad("--cassandra-username-file and --cassandra-password-file go together")
+	}
+	if (o.CassandraTLSCert == "") != (o.CassandraTLSKey == "") {
+		bad("--cassandra-tls-cert and --cassandra-tls-key go together")
+	}
+	if o.LogVerbosity < 0 {
+		bad("--log-verbosity=%d: want 0 or more", o.LogVerbosity)
+	}
+	return errors.Join(errs...)
+}
+
+// Usage writes the flag list to w.
+func Usage(w io.Writer) {
+	var o Options
+	fs, _ := o.flagSet(os.Getenv)
+	fs.SetOutput(w)
+	fmt.Fprintln(w, "baton operator: sidecar injection, DistributedLock status and sidecar permissions.\nFlags:")
+	fs.PrintDefaults()
+}
+
+func upperWord(s string) string { return strings.ToUpper(strings.TrimSpace(s)) }
+
+// listFlag is a comma-separated list flag: blanks around items and empty items are dropped.
+type listFlag struct{ items *[]string }
+
+func (f listFlag) String() string {
+	if f.items == nil { // the flag package's zero value, for -h
+		return ""
+	}
+	return strings.Join(*f.items, ",")
+}
+
+func (f listFlag) Set(s string) error {
+	*f.items = nil
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*f.items = append(*f.items, p)
+		}
+	}
+	return nil
+}
+
+// quantityFlag is a resource quantity flag that sets (or, when empty, removes) one resource in a
+// ResourceList. A value that is not a quantity is kept in err rather than returned by Set, so that
+// ParseOptions reports it together with every other problem: the flag package stops at the first
+// error of a Set.
+type quantityFlag struct {
+	name     string // the flag's, for err
+	list     corev1.ResourceList
+	resource corev1.ResourceName
+	text     string
+	err      error
+}
+
+// quantityVar declares a quantityFlag setting res in list, with its default value.
+func quantityVar(fs *flag.FlagSet, list corev1.ResourceList, res corev1.ResourceName, name, value, usage string) *quantityFlag {
+	q := &quantityFlag{name: name, list: list, resource: res}
+	_ = q.Set(value) // never fails; the defaults are quantities
+	fs.Var(q, name, usage)
+	return q
+}
+
+func (q *quantityFlag) String() string { return q.text }
+
+func (q *quantityFlag) Set(s string) error {
+	q.text, q.err = s, nil
+	delete(q.list, q.resource)
+	v := strings.TrimSpace(s)
+	if v == "" {
+		return nil
+	}
+	qty, err := resource.ParseQuantity(v)
+	if err != nil {
+		q.err = fmt.Errorf("--%s=%q: want a quantity such as 10m or 64Mi", q.name, v)
+		return nil
+	}
+	q.list[q.resource] = qty
+	return nil
+}

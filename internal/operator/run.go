@@ -1,0 +1,293 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/controllers/sidecaraccess"
+	"github.com/baton-dev/baton/internal/storepool"
+	batonwebhook "github.com/baton-dev/baton/internal/webhook"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+)
+
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
+// The webhook Secret and the leader-election Lease live in the operator's namespace; the chart
+// grants those with a Role there.
+
+// nativeSidecarsSince is the first Kubernetes minor version with native sidecars on by default.
+const nativeSidecarsSince = "1.29.0"
+
+// RESTConfig returns the client configuration of o: --kubeconfig, else $KUBECONFIG or
+// ~/.kube/config, else the in-cluster configuration.
+func RESTConfig(o Options) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("operator: Kubernetes client configuration: %w", err)
+	}
+	cfg.UserAgent = "baton-operator"
+	return cfg, nil
+}
+
+// Scheme returns the types the operator works with.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), batonv1.AddToScheme(s)); err != nil {
+		return nil, fmt.Errorf("operator: scheme: %w", err)
+	}
+	return s, nil
+}
+
+// Run runs the operator until ctx ends. log receives every log line: it is the manager's logger,
+// from which controller-runtime derives each reconcile's logger (with the controller's name, the
+// request and the reconcileID), which the reconcilers take from their context.
+func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	if o.Inject.NativeSidecars, err = nativeSidecars(o.NativeSidecars, cfg); err != nil {
+		return err
+	}
+	log.Info("starting", "namespace", o.Namespace, "sidecarImage", o.Inject.Image, "nativeSidecars", o.Inject.NativeSidecars,
+		"cassandra", o.Inject.Cassandra.ContactPoints, "webhookCerts", o.WebhookCerts, "globalNamespaces", o.Inject.GlobalNamespaces)
+	defaults, err := o.defaultCredentials()
+	if err != nil {
+		return err
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Logger:                  log,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        o.LeaderElectionID,
+		LeaderElectionNamespace: o.Namespace,
+		// The reconcilers stop as soon as leadership is lost; the process exits and restarts.
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+		// What the shared cache holds, and why that serves every reader: see CacheOptions.
+		Cache: CacheOptions(),
+	})
+	if err != nil {
+		return fmt.Errorf("operator: manager: %w", err)
+	}
+
+	pool := storepool.New(storepool.WithLogger(log.WithName("storepool")), ensureSchema(o))
+	defer pool.Close()
+	metrics := controllers.NewMetrics()
+	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	reconciler := &controllers.DistributedLockReconciler{
+		Client:   mgr.GetClient(),
+		Stores:   &controllers.PoolSource{Pool: pool, Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults},
+		Recorder: mgr.GetEventRecorder("baton-operator"),
+		Config:   o.Inject,
+		Interval: o.StatusInterval,
+		Metrics:  metrics,
+	}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	if err := (&sidecaraccess.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+
+	injector, err := batonwebhook.NewPodInjector(mgr.GetClient(), o.Inject, batonwebhook.WithLogger(log.WithName("webhook")),
+		batonwebhook.WithLiveReader(mgr.GetAPIReader()))
+	if err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	certsReady := make(chan struct{})
+	if o.WebhookCerts == CertsSelf {
+		if err := ensureSecret(ctx, mgr.GetAPIReader(), mgr.GetClient(), o.Namespace, o.WebhookSecret); err != nil {
+			return err
+		}
+		dns := o.WebhookService + "." + o.Namespace + ".svc"
+		err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.WebhookSecret},
+			CertDir:        o.WebhookCertDir,
+			CAName:         "baton-webhook-ca",
+			CAOrganization: "baton",
+			DNSName:        dns,
+			ExtraDNSNames:  append([]string{dns + ".cluster.local", o.WebhookService + "." + o.Namespace}, o.WebhookExtraDNSNames...),
+			IsReady:        certsReady,
+			Webhooks:       []rotator.WebhookInfo{{Name: o.WebhookConfiguration, Type: rotator.Mutating}},
+			// Every replica serves the webhook, so every replica keeps the certificate current;
+			// concurrent rotations are settled by the Secret's resourceVersion.
+			RequireLeaderElection: false,
+		})
+		if err != nil {
+			return fmt.Errorf("operator: webhook certificate rotator: %w", err)
+		}
+	} else {
+		go waitForCertFiles(ctx, o.WebhookCertDir, certsReady, log)
+	}
+	webhookUp := make(chan struct{})
+	go func() {
+		select {
+		case <-certsReady:
+		case <-ctx.Done():
+			return
+		}
+		// Adding the webhook server now (GetWebhookServer adds it to the running manager) means
+		// it never starts without a certificate.
+		mgr.GetWebhookServer().Register(batonwebhook.Path, &admission.Webhook{Handler: injector})
+		close(webhookUp)
+		log.Info("webhook serving", "port", o.WebhookPort, "path", batonwebhook.Path)
+	}()
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
+		select {
+		case <-webhookUp:
+			return mgr.GetWebhookServer().StartedChecker()(req)
+		default:
+			return errors.New("webhook certificate not ready yet")
+		}
+	}); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	return nil
+}
+
+// ensureSecret creates the (empty) Secret the certificate rotator fills, unless it exists; the
+// chart may ship it too.
+// The manager's cache is not running yet: read through the API reader, write with the client
+// (writes never go through the cache).
+func ensureSecret(ctx context.Context, r client.Reader, w client.Writer, namespace, name string) error {
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
+			Labels: map[string]string{"app.kubernetes.io/name": "baton", "app.kubernetes.io/component": "webhook"}},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil},
+	}
+	// Get first: the chart ships the Secret and need not grant create.
+	if err := r.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{}); err == nil {
+		return nil
+	}
+	if err := w.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("operator: creating webhook Secret %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+func ensureSchema(o Options) storepool.Option {
+	if !o.EnsureSchema {
+		return func(*storepool.Pool) {}
+	}
+	return storepool.WithEnsureSchema(o.SchemaReplication)
+}
+
+// nativeSidecars decides the native-sidecar mode, asking the server for its version in auto mode.
+func nativeSidecars(mode string, cfg *rest.Config) (bool, error) {
+	switch mode {
+	case NativeTrue:
+		return true, nil
+	case NativeFalse:
+		return false, nil
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, fmt.Errorf("operator: discovery client: %w", err)
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return false, fmt.Errorf("operator: reading the server version for --native-sidecars=auto: %w", err)
+	}
+	v, err := version.ParseGeneric(info.GitVersion)
+	if err != nil {
+		return false, fmt.Errorf("operator: server version %q (set --native-sidecars=true or false): %w", info.GitVersion, err)
+	}
+	return v.AtLeast(version.MustParseGeneric(nativeSidecarsSince)), nil
+}
+
+// defaultCredentials reads the operator's own Cassandra credentials files.
+func (o Options) defaultCredentials() (cassandrastore.Credentials, error) {
+	var c cassandrastore.Credentials
+	read := func(flagName, path string) ([]byte, error) {
+		if path == "" {
+			return nil, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("operator: --%s: %w", flagName, err)
+		}
+		return b, nil
+	}
+	user, err1 := read("cassandra-username-file", o.CassandraUsernameFile)
+	pass, err2 := read("cassandra-password-file", o.CassandraPasswordFile)
+	ca, err3 := read("cassandra-tls-ca", o.CassandraTLSCA)
+	cert, err4 := read("cassandra-tls-cert", o.CassandraTLSCert)
+	key, err5 := read("cassandra-tls-key", o.CassandraTLSKey)
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return c, err
+	}
+	c.Username, c.Password = strings.TrimRight(string(user), "\r\n"), strings.TrimRight(string(pass), "\r\n")
+	if len(ca) > 0 || len(cert) > 0 {
+		c.TLS = &cassandrastore.TLS{CA: ca, Cert: cert, Key: key}
+	}
+	return c, nil
+}
+
+// waitForCertFiles closes ready once dir holds tls.crt and tls.key (mounted by the kubelet from
+// the Secret cert-manager fills), checking every second.
+func waitForCertFiles(ctx context.Context, dir string, ready chan<- struct{}, log logr.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for waited := 0; ; waited++ {
+		_, errCert := os.Stat(filepath.Join(dir, "tls.crt"))
+		_, errKey := os.Stat(filepath.Join(dir, "tls.key"))
+		if errCert == nil && errKey == nil {
+			close(ready)
+			return
+		}
+		if waited%30 == 0 {
+			log.Info("waiting for the webhook certificate", "dir", dir)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

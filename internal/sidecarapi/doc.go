@@ -1,0 +1,7 @@
+// Package sidecarapi is the server side of the sidecar's localhost API (the protocol and its types
+// are in package sidecarclient): an http.Handler for a Service, the sidecar's lock holder, and
+// ListenUnix, which creates the socket with mode 0660 and removes a stale one.
+//
+// The handler never panics: a panic in a Service is logged and answered with 500. It knows nothing
+// of how locks are held.
+package sidecarapi

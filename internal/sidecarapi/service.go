@@ -1,0 +1,35 @@
+package sidecarapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+// Service is what the handler serves: the sidecar's lock holder implements it. Methods without a
+// ctx must not block; the handler calls them on every request.
+type Service interface {
+	// Locks returns every declared lock, in declaration order.
+	Locks() []sidecarclient.LockStatus
+	// Lock returns one declared lock; false means lockID is not a declared lock.
+	Lock(lockID string) (sidecarclient.LockStatus, bool)
+	// Acquire (Try mode only) tries to acquire lockID, waiting up to wait (0 = one try) and no
+	// longer than ctx allows. It returns sidecarclient.ErrUnknownLock, ErrNotTryMode, or ErrLocked (with the
+	// lock's current status) when it gave up; other errors are reported as internal errors.
+	Acquire(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
+	// Release (Try mode only) releases lockID. It returns sidecarclient.ErrUnknownLock,
+	// ErrNotTryMode or ErrNotHeld.
+	Release(ctx context.Context, lockID string) (sidecarclient.LockStatus, error)
+	// Subscribe registers for push notices. The channel closes on cancel or when the sidecar shuts
+	// down; cancel must be safe to call more than once and after shutdown. A subscriber that reads
+	// too slowly may miss events; how many are buffered is up to the implementation.
+	Subscribe() (events <-chan sidecarclient.Event, cancel func())
+	// Healthy returns nil when the sidecar is alive and the lock store is reachable.
+	Healthy(ctx context.Context) error
+	// Ready reports whether this pod holds every required lock.
+	Ready() bool
+	// Started reports whether the first acquisition is done (Blocking mode); always true in Try
+	// mode.
+	Started() bool
+}

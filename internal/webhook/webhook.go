@@ -1,0 +1,138 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/inject"
+)
+
+// PodInjector is the admission.Handler of the sidecar-injecting webhook. Build it with
+// NewPodInjector; it is safe for concurrent use.
+//
+// It allows every pod inject.Required declines, unchanged; it denies a pod whose DistributedLock
+// does not exist (inject.MissingLockError) or cannot be injected from; it answers 500 when the
+// lock cannot be read, so that the API server's failurePolicy decides (Fail: the pod is
+// rejected and its controller retries).
+type PodInjector struct {
+	client  client.Reader
+	live    client.Reader // confirms a not-found from client; nil: client is trusted
+	config  inject.Config
+	decoder admission.Decoder
+	log     logr.Logger
+}
+
+var _ admission.Handler = (*PodInjector)(nil)
+
+// Option configures a PodInjector.
+type Option func(*PodInjector)
+
+// WithLogger sets the logger of admission decisions (default: discard).
+func WithLogger(l logr.Logger) Option { return func(p *PodInjector) { p.log = l } }
+
+// WithLiveReader sets an uncached reader (the manager's API reader) that confirms a
+// DistributedLock the cached client does not have yet before the pod is denied: a lock created
+// moments before its pods may not have reached the cache.
+func WithLiveReader(r client.Reader) Option { return func(p *PodInjector) { p.live = r } }
+
+// WithDecoder sets the decoder of admitted objects (default: one for client-go's scheme).
+func WithDecoder(d admission.Decoder) Option { return func(p *PodInjector) { p.decoder = d } }
+
+// NewPodInjector returns a PodInjector that reads DistributedLocks through c (typically the
+// manager's cached client, whose scheme must know batonv1) and injects with cfg. It validates cfg,
+// so that a bad operator setting is found at start instead of at the first pod.
+func NewPodInjector(c client.Reader, cfg inject.Config, opts ...Option) (*PodInjector, error) {
+	if c == nil {
+		return nil, errors.New("webhook: no client to read DistributedLocks")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &PodInjector{client: c, config: cfg, log: logr.Discard()}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.decoder == nil {
+		s := runtime.NewScheme()
+		if err := clientgoscheme.AddToScheme(s); err != nil {
+			return nil, fmt.Errorf("webhook: build scheme: %w", err)
+		}
+		p.decoder = admission.NewDecoder(s)
+	}
+	return p, nil
+}
+
+// Handle answers one AdmissionReview for a pod.
+func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admission.Response {
+	log := p.log.WithValues("namespace", req.Namespace, "name", req.Name, "uid", req.UID)
+	if req.Operation != "" && req.Operation != admissionv1.Create {
+		return admission.Allowed("baton injects pods only when they are created")
+	}
+	pod := &corev1.Pod{}
+	if err := p.decoder.Decode(req, pod); err != nil {
+		log.Error(err, "decoding pod")
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("baton: decode pod: %w", err))
+	}
+	if ok, reason := inject.Required(pod); !ok {
+		log.V(1).Info("not injecting", "reason", reason)
+		return admission.Allowed(reason)
+	}
+
+	// The pod's own namespace may be empty at admission (generateName, namespace from the URL).
+	ns := req.Namespace
+	if ns == "" {
+		ns = pod.Namespace
+	}
+	name := strings.TrimSpace(pod.Annotations[inject.AnnotationLock])
+	dl := &batonv1.DistributedLock{}
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	err := p.client.Get(ctx, key, dl)
+	if p.live != nil && (apierrors.IsNotFound(err) || (err == nil && dl.Status.CassandraClusterName == "")) {
+		// A lock created moments ago may not be cached yet, or its first status (which records
+		// the Cassandra cluster the sidecar must insist on) may not be: ask the API server.
+		fresh := &batonv1.DistributedLock{}
+		if liveErr := p.live.Get(ctx, key, fresh); liveErr == nil || apierrors.IsNotFound(err) {
+			dl, err = fresh, liveErr
+		}
+	}
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			msg := inject.MissingLockError(ns, name).Error()
+			log.Info("denied", "reason", msg)
+			return admission.Denied(msg)
+		}
+		log.Error(err, "reading DistributedLock", "lock", name)
+		return admission.Errored(http.StatusInternalServerError,
+			fmt.Errorf("baton: read DistributedLock %s/%s: %w", ns, name, err))
+	}
+
+	out, err := inject.Inject(pod, dl, p.config)
+	if err != nil {
+		if errors.Is(err, inject.ErrInvalidConfig) {
+			log.Error(err, "operator configuration")
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		log.Info("denied", "reason", err.Error())
+		return admission.Denied(err.Error())
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("baton: encode injected pod: %w", err))
+	}
+	log.V(1).Info("injected", "lock", ns+"/"+name)
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}

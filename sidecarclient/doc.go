@@ -1,0 +1,31 @@
+// Package sidecarclient is how an application talks to its pod's baton sidecar: the types of the
+// sidecar's localhost API and a small Go Client for it. It imports only the standard library. Apps
+// in other languages speak the same HTTP+JSON protocol on the same socket.
+//
+// The sidecar serves the API on the unix socket whose path is in the environment variable
+// EnvSocket (SocketPath by default; mode 0660, shared with the app through a volume) and
+// optionally on loopback TCP. Every response is JSON (application/json) except the event stream.
+// Routes:
+//
+//	GET  /v1/locks                    {"locks":[LockStatus...]}, in declaration order
+//	GET  /v1/locks/{lockID}           LockStatus
+//	POST /v1/locks/{lockID}/acquire   Try mode only; optional body {"wait":"5s"} or ?wait=5s
+//	POST /v1/locks/{lockID}/release   Try mode only
+//	GET  /v1/events                   Server-Sent Events: "acquired", "lost", "released"
+//	GET  /healthz                     liveness: the sidecar is alive and the lock store reachable
+//	GET  /readyz                      readiness: every required lock is held
+//	GET  /startupz                    startup: the first acquisition is done (Blocking mode)
+//
+// Every request the sidecar cannot serve gets a 4xx answer {"error":"...","code":"..."}
+// (ErrorBody) that says what was wrong and how to fix it; a 409 about a lock also carries that
+// lock's LockStatus fields. The Client returns such answers as *Error, which matches ErrLocked,
+// ErrNotHeld, ErrNotTryMode and ErrUnknownLock with errors.Is.
+//
+// What the API does not guarantee: a "held" answer is the sidecar's belief at the moment it
+// answered and may be stale by the time the app acts on it (a paused app can outlive its lease).
+// Pass the fencing token (LockStatus.Token, Event.Token) to the resource you protect and have it
+// reject tokens lower than the highest it has seen. The event stream is a push notice, not a log:
+// events sent while no client was connected are not replayed, so re-read /v1/locks after
+// (re)connecting, and treat a stream that ends as "the sidecar is going away": assume every lock
+// lost.
+package sidecarclient

@@ -1,0 +1,83 @@
+package sidecarclient
+
+import (
+	"errors"
+	"time"
+)
+
+// State of one lock as the app sees it.
+type State string
+
+// The states a lock can be in.
+const (
+	// StateHeld: this pod holds the lock; LockStatus.Token is its fencing token.
+	StateHeld State = "held"
+	// StateWaiting: this pod is queued for the lock; LockStatus.QueuePosition says where.
+	StateWaiting State = "waiting"
+	// StateIdle: this pod neither holds nor waits for the lock (Try mode, before acquire or after
+	// release).
+	StateIdle State = "idle"
+	// StateLost: this pod held the lock and lost it (lease ran out, store unreachable, revoked);
+	// LockStatus.Reason says why and Token is the last token it held.
+	StateLost State = "lost"
+)
+
+// LockStatus describes one declared lock from this pod's point of view.
+type LockStatus struct {
+	LockID           string `json:"lockId"`
+	State            State  `json:"state"`
+	Token            int64  `json:"token,omitempty"`            // fencing token while held (or last held when lost)
+	Holder           string `json:"holder,omitempty"`           // pod currently holding it (namespace/name), if known
+	QueuePosition    int    `json:"queuePosition,omitempty"`    // 1 = next in line, while waiting
+	LeaseRemainingMs int64  `json:"leaseRemainingMs,omitempty"` // while held
+	Reason           string `json:"reason,omitempty"`           // why lost / why waiting
+}
+
+// EventType names a push notice on the event stream; it is the SSE event name.
+type EventType string
+
+// The event types the sidecar publishes.
+const (
+	EventAcquired EventType = "acquired" // this pod was granted the lock; Event.Token is the new token
+	EventLost     EventType = "lost"     // this pod stopped holding the lock without releasing it
+	EventReleased EventType = "released" // this pod released the lock
+)
+
+// Event is one push notice about a lock.
+type Event struct {
+	Type   EventType `json:"type"`
+	LockID string    `json:"lockId"`
+	Token  int64     `json:"token"`
+	Reason string    `json:"reason,omitempty"`
+	Time   time.Time `json:"time"`
+}
+
+// Sentinel errors of the API. The sidecar's lock holder returns them (wrapped or not) and its
+// handler maps them to an HTTP status; a Client returns *Error, which matches them with errors.Is.
+var (
+	ErrUnknownLock = errors.New("baton: unknown lock")            // 404
+	ErrNotTryMode  = errors.New("baton: lock is not in Try mode") // 409
+	ErrNotHeld     = errors.New("baton: lock is not held")        // 409
+	ErrLocked      = errors.New("baton: lock is held elsewhere")  // 409 (acquire gave up)
+)
+
+// SocketPath is where the sidecar serves the API by default, in the volume it shares with the app;
+// the app finds the path in the environment variable EnvSocket too.
+const SocketPath = "/var/run/baton/baton.sock"
+
+// EnvSocket is the environment variable that holds the socket's path in every app container.
+const EnvSocket = "BATON_SOCKET"
+
+// Protocol details shared by the sidecar's handler and the Client.
+const (
+	// LocksPath prefixes the routes of one lock: LocksPath + lockID, + "/acquire", + "/release".
+	LocksPath = "/v1/locks/"
+	// MaxBodyBytes bounds request and error bodies; larger requests get 413.
+	MaxBodyBytes = 1 << 20
+)
+
+// AcquireRequest is the optional body of POST /v1/locks/{lockID}/acquire.
+type AcquireRequest struct {
+	// Wait is a Go duration string such as "5s"; absent or "0s" means try once.
+	Wait *string `json:"wait"`
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/baton-dev/baton/internal/operator"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/internal/webhook"
+	"github.com/google/go-cmp/cmp"
 )
 
 const (
@@ -298,8 +299,8 @@ func TestDefaultRender(t *testing.T) {
 		}
 		for _, want := range readObjects(t, files...) {
 			got := get[*apiextensionsv1.CustomResourceDefinition](t, objs, "CustomResourceDefinition", want.name)
-			if !reflect.DeepEqual(got, want.obj) {
-				t.Errorf("the chart's CRD %s differs from %s: run make manifests", want.name, crdDir)
+			if diff := cmp.Diff(want.obj, got); diff != "" {
+				t.Errorf("the chart's CRD %s differs from %s (run make manifests; -want +got):\n%s", want.name, crdDir, diff)
 			}
 		}
 	})
@@ -363,8 +364,8 @@ func TestDefaultRender(t *testing.T) {
 				t.Errorf("%s from %s not rendered", want.key(), policyDir)
 				continue
 			}
-			if !reflect.DeepEqual(got.obj, want.obj) {
-				t.Errorf("%s differs from %s: run make manifests", want.key(), policyDir)
+			if diff := cmp.Diff(want.obj, got.obj); diff != "" {
+				t.Errorf("%s differs from %s (run make manifests; -want +got):\n%s", want.key(), policyDir, diff)
 			}
 		}
 	})

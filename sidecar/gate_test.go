@@ -21,10 +21,10 @@ import (
 
 var kube = testenv.NewKube()
 
+// TestMain fails the run if goroutines of the holders and gates (hold loops, leases, gate loops,
+// API connections) outlive the tests.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	kube.Stop()
-	os.Exit(code)
+	testenv.VerifyTestMain(m, kube.Stop)
 }
 
 // gatedPod creates a pod with baton's readiness gate and returns its options for a holder.
@@ -169,8 +169,9 @@ func TestUnreachableAPIServerDoesNotDelayFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go NewGate(client, o, h, logr.Discard()).Run(ctx)
+	gateDone := make(chan struct{})
+	go func() { NewGate(client, o, h, logr.Discard()).Run(ctx); close(gateDone) }()
+	defer func() { cancel(); <-gateDone; _ = h.Shutdown(context.Background()) }()
 	events, stop := h.Subscribe()
 	defer stop()
 	h.Start(ctx)

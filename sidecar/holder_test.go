@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.uber.org/goleak"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/testclock"
@@ -239,4 +240,43 @@ func TestHolderNeverReportsHeldPastDeadline(t *testing.T) {
 			t.Fatal("ready past the self-fence deadline")
 		}
 	})
+}
+
+// TestHolderShutdownEndsItsGoroutines: once Shutdown returns, nothing a holder started is still
+// running: hold loops (holding and waiting), leases in Blocking and Try mode, Try mode's lease
+// watchers. It runs on real time, outside a synctest bubble, so that a goroutine left running fails
+// the check instead of keeping synctest.Test waiting.
+func TestHolderShutdownEndsItsGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	mem := memstore.New()
+	ctx := context.Background()
+	holder := func(seed uint64, o Options) *Holder {
+		h, err := NewHolder(o, mem.Client(seed, memstore.Faults{}), logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	blocking := holder(1, testOptions(t, "a", batonv1.ModeBlocking, "orders", "payments"))
+	waiter := holder(2, testOptions(t, "b", batonv1.ModeBlocking, "orders"))
+	try := holder(3, testOptions(t, "c", batonv1.ModeTry, "reports"))
+	events, stop := blocking.Subscribe()
+	defer stop()
+
+	blocking.Start(ctx)
+	for range 2 {
+		if e := next(t, events); e.Type != sidecarclient.EventAcquired {
+			t.Fatalf("blocking holder: %+v", e)
+		}
+	}
+	waiter.Start(ctx) // queues behind the blocking holder
+	try.Start(ctx)
+	if st, err := try.Acquire(ctx, "reports", 0); err != nil || st.State != sidecarclient.StateHeld {
+		t.Fatalf("try mode: %+v, %v", st, err)
+	}
+	for _, h := range []*Holder{waiter, blocking, try} {
+		if err := h.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown of %s: %v", h.podName(), err)
+		}
+	}
 }

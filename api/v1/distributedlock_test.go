@@ -25,6 +25,7 @@ import (
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/lock"
+	"github.com/google/go-cmp/cmp"
 )
 
 var crdDir = filepath.Join("..", "..", "config", "crd", "bases")
@@ -68,8 +69,8 @@ func TestDefaults(t *testing.T) {
 		TrafficPolicy: batonv1.TrafficReadinessGate,
 		Scope:         batonv1.ScopeNamespace,
 	}
-	if !reflect.DeepEqual(got.Spec, want) {
-		t.Errorf("defaulted spec:\n got %+v\nwant %+v", got.Spec, want)
+	if diff := cmp.Diff(want, got.Spec); diff != "" {
+		t.Errorf("defaulted spec (-want +got):\n%s", diff)
 	}
 	if got.Spec.LeaseDuration.Duration != lock.DefaultLease {
 		t.Errorf("default lease %v, lock package default %v", got.Spec.LeaseDuration.Duration, lock.DefaultLease)
@@ -94,8 +95,8 @@ func TestDefaults(t *testing.T) {
 		CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "cassandra-creds", UsernameKey: "username", PasswordKey: "password"},
 		TLSSecretRef:         &batonv1.TLSSecretRef{Name: "cassandra-tls", CAKey: "ca.crt", CertKey: "tls.crt", KeyKey: "tls.key"},
 	}
-	if !reflect.DeepEqual(got.Spec.Cassandra, wantCass) {
-		t.Errorf("defaulted cassandra:\n got %+v\nwant %+v", got.Spec.Cassandra, wantCass)
+	if diff := cmp.Diff(wantCass, got.Spec.Cassandra); diff != "" {
+		t.Errorf("defaulted cassandra (-want +got):\n%s", diff)
 	}
 }
 
@@ -227,8 +228,8 @@ func TestStatusSubresource(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(dl), got); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got.Status, status) {
-		t.Errorf("status read back:\n got %+v\nwant %+v", got.Status, status)
+	if diff := cmp.Diff(status, got.Status); diff != "" {
+		t.Errorf("status read back (-want +got):\n%s", diff)
 	}
 	if got.Generation != 1 {
 		t.Errorf("generation %d after a status update, want 1", got.Generation)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/sidecarclient"
+	"github.com/google/go-cmp/cmp"
 )
 
 var (
@@ -60,8 +60,8 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(inv.stdout.String()), &got); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, inv.stdout.String())
 	}
-	if want := []sidecarclient.LockStatus{heldOrders, idleReport}; !reflect.DeepEqual(got.Locks, want) {
-		t.Errorf("locks = %+v, want %+v", got.Locks, want)
+	if diff := cmp.Diff([]sidecarclient.LockStatus{heldOrders, idleReport}, got.Locks); diff != "" {
+		t.Errorf("locks (-want +got):\n%s", diff)
 	}
 }
 

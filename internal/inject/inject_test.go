@@ -1,15 +1,10 @@
-package inject
+package inject_test
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"os"
 	"path"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,192 +12,22 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testpki"
 	"github.com/baton-dev/baton/sidecar"
+	"github.com/google/go-cmp/cmp"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files testdata/*.yaml.injected")
-
-const goldenSuffix = ".injected"
-
-// testConfig is the operator configuration of the golden cases; a case whose name starts with
-// "old-cluster" runs on a cluster without native sidecars.
-func testConfig(name string) Config {
-	return Config{
-		Image: "ghcr.io/baton-dev/baton:v0.1.0",
-		Cassandra: batonv1.CassandraConnection{
-			ContactPoints: []string{"cassandra-0.cassandra.baton-system.svc:9042", "cassandra-1.cassandra.baton-system.svc:9042"},
-		},
-		NativeSidecars:   !strings.HasPrefix(name, "old-cluster"),
-		GlobalNamespaces: []string{"reports"},
-	}
-}
-
-// testCase is one testdata/<name>.yaml: a pod and, unless the case is about a missing lock, the
-// DistributedLock its annotation names.
-type testCase struct {
-	name string
-	pod  *corev1.Pod
-	dl   *batonv1.DistributedLock // nil: not in the file
-}
-
-func loadCases(t *testing.T) []testCase {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join("testdata", "*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no test cases in testdata")
-	}
-	var cases []testCase
-	for _, f := range files {
-		cases = append(cases, loadCase(t, f))
-	}
-	return cases
-}
-
-func loadCase(t *testing.T, file string) testCase {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := testCase{name: strings.TrimSuffix(filepath.Base(file), ".yaml")}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		var tm metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &tm); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		switch tm.Kind {
-		case "Pod":
-			c.pod = &corev1.Pod{}
-			err = yaml.UnmarshalStrict(doc, c.pod)
-		case "DistributedLock":
-			c.dl = &batonv1.DistributedLock{}
-			err = yaml.UnmarshalStrict(doc, c.dl)
-		default:
-			err = fmt.Errorf("unexpected kind %q", tm.Kind)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-	}
-	if c.pod == nil {
-		t.Fatalf("%s: no Pod", file)
-	}
-	return c
-}
 
 // lookup finds the DistributedLock the pod's annotation names, as the webhook does.
 func (c testCase) lookup() (*batonv1.DistributedLock, error) {
-	name := c.pod.Annotations[AnnotationLock]
+	name := c.pod.Annotations[inject.AnnotationLock]
 	if c.dl == nil || c.dl.Name != name {
-		return nil, MissingLockError(c.pod.Namespace, name)
+		return nil, inject.MissingLockError(c.pod.Namespace, name)
 	}
 	return c.dl, nil
-}
-
-// run does what the webhook does and renders the outcome: the injected pod, the unchanged pod
-// after a comment with the reason it was not injected, or the error.
-func (c testCase) run(t *testing.T) []byte {
-	t.Helper()
-	if ok, reason := Required(c.pod); !ok {
-		return append([]byte("# not injected: "+reason+"\n"), marshal(t, c.pod)...)
-	}
-	dl, err := c.lookup()
-	if err == nil {
-		var out *corev1.Pod
-		if out, err = Inject(c.pod, dl, testConfig(c.name)); err == nil {
-			return marshal(t, out)
-		}
-	}
-	return []byte("# error: " + err.Error() + "\n")
-}
-
-func marshal(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func TestGolden(t *testing.T) {
-	for _, c := range loadCases(t) {
-		t.Run(c.name, func(t *testing.T) {
-			got := c.run(t)
-			golden := filepath.Join("testdata", c.name+".yaml"+goldenSuffix)
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("%s has no golden file %s: run go test ./internal/inject/ -run TestGolden -update", c.name, golden)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from %s (run with -update to accept):\n%s", c.name, golden, lineDiff(string(want), string(got)))
-			}
-		})
-	}
-}
-
-// TestNoStaleGoldenFiles fails when a golden file no longer has an input case.
-func TestNoStaleGoldenFiles(t *testing.T) {
-	golden, err := filepath.Glob(filepath.Join("testdata", "*"+goldenSuffix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range golden {
-		in := strings.TrimSuffix(g, goldenSuffix)
-		if _, err := os.Stat(in); err != nil {
-			t.Errorf("golden file %s has no input %s: delete it", g, in)
-		}
-	}
-}
-
-// lineDiff shows the first lines where want and got differ.
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	shown := 0
-	for i := 0; i < max(len(w), len(g)) && shown < 10; i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			fmt.Fprintf(&b, "line %d:\n  want: %s\n  got:  %s\n", i+1, wl, gl)
-			shown++
-		}
-	}
-	return b.String()
 }
 
 // injected returns the output of every case that Inject accepts, by case.
@@ -222,14 +47,14 @@ func injected(t *testing.T) map[string]*corev1.Pod {
 
 // inject returns the injected pod, or nil when the case is not injected.
 func (c testCase) inject() *corev1.Pod {
-	if ok, _ := Required(c.pod); !ok {
+	if ok, _ := inject.Required(c.pod); !ok {
 		return nil
 	}
 	dl, err := c.lookup()
 	if err != nil {
 		return nil
 	}
-	p, err := Inject(c.pod, dl, testConfig(c.name))
+	p, err := inject.Inject(c.pod, dl, testConfig(c.name))
 	if err != nil {
 		return nil
 	}
@@ -243,14 +68,14 @@ func TestInjectDoesNotMutateInput(t *testing.T) {
 			continue
 		}
 		pod, dlBefore := c.pod.DeepCopy(), dl.DeepCopy()
-		if _, err := Inject(c.pod, dl, testConfig(c.name)); err != nil {
+		if _, err := inject.Inject(c.pod, dl, testConfig(c.name)); err != nil {
 			continue
 		}
-		if !reflect.DeepEqual(pod, c.pod) {
-			t.Errorf("%s: Inject changed its input pod", c.name)
+		if diff := cmp.Diff(pod, c.pod); diff != "" {
+			t.Errorf("%s: Inject changed its input pod (-before +after):\n%s", c.name, diff)
 		}
-		if !reflect.DeepEqual(dlBefore, dl) {
-			t.Errorf("%s: Inject changed its DistributedLock", c.name)
+		if diff := cmp.Diff(dlBefore, dl); diff != "" {
+			t.Errorf("%s: Inject changed its DistributedLock (-before +after):\n%s", c.name, diff)
 		}
 	}
 }
@@ -263,15 +88,15 @@ func TestInjectedPodIsNotInjectedAgain(t *testing.T) {
 			continue
 		}
 		n++
-		if ok, _ := Required(p); ok {
+		if ok, _ := inject.Required(p); ok {
 			t.Errorf("%s: Required says yes to the injected pod", c.name)
 		}
 		// Even without the annotation, the container marks the pod as injected.
-		delete(p.Annotations, AnnotationInjected)
-		if ok, _ := Required(p); ok {
-			t.Errorf("%s: Required says yes to the injected pod without %s", c.name, AnnotationInjected)
+		delete(p.Annotations, inject.AnnotationInjected)
+		if ok, _ := inject.Required(p); ok {
+			t.Errorf("%s: Required says yes to the injected pod without %s", c.name, inject.AnnotationInjected)
 		}
-		if _, err := Inject(p, c.dl, testConfig(c.name)); !errors.Is(err, ErrConflict) {
+		if _, err := inject.Inject(p, c.dl, testConfig(c.name)); !errors.Is(err, inject.ErrConflict) {
 			t.Errorf("%s: injecting an injected pod again: %v, want ErrConflict", c.name, err)
 		}
 	}
@@ -302,12 +127,12 @@ func sidecarOf(t *testing.T, p *corev1.Pod) *corev1.Container {
 	t.Helper()
 	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range list {
-			if list[i].Name == ContainerName {
+			if list[i].Name == inject.ContainerName {
 				return &list[i]
 			}
 		}
 	}
-	t.Fatalf("pod %s has no %s container", p.Name, ContainerName)
+	t.Fatalf("pod %s has no %s container", p.Name, inject.ContainerName)
 	return nil
 }
 
@@ -348,7 +173,7 @@ func TestSidecarAcceptsInjectedEnv(t *testing.T) {
 			if e.ValueFrom != nil {
 				v = map[string]string{"metadata.namespace": "team-a", "metadata.name": "pod-1", "metadata.uid": "0c1d"}[e.ValueFrom.FieldRef.FieldPath]
 			}
-			for _, mounted := range []string{CredentialsDir, TLSDir} {
+			for _, mounted := range []string{inject.CredentialsDir, inject.TLSDir} {
 				if strings.HasPrefix(v, mounted+"/") {
 					content, ok := secrets[e.Name]
 					if !ok {
@@ -390,7 +215,7 @@ func TestRequired(t *testing.T) {
 		}
 		return p
 	}
-	lock := map[string]string{AnnotationLock: "orders"}
+	lock := map[string]string{inject.AnnotationLock: "orders"}
 	for _, tc := range []struct {
 		name   string
 		pod    *corev1.Pod
@@ -400,21 +225,21 @@ func TestRequired(t *testing.T) {
 		{"annotated", pod(lock, nil), true, ""},
 		{"nil", nil, false, "no pod"},
 		{"no annotations", pod(nil, nil), false, "no baton.dev/lock annotation"},
-		{"empty lock", pod(map[string]string{AnnotationLock: " "}, nil), false, "no baton.dev/lock annotation"},
-		{"opt out", pod(map[string]string{AnnotationLock: "orders", AnnotationInject: "false"}, nil), false, "opted out"},
-		{"opt out no", pod(map[string]string{AnnotationLock: "orders", AnnotationInject: "No"}, nil), false, "opted out"},
-		{"inject true", pod(map[string]string{AnnotationLock: "orders", AnnotationInject: "true"}, nil), true, ""},
-		{"injected annotation", pod(map[string]string{AnnotationLock: "orders", AnnotationInjected: "img"}, nil), false, "already injected"},
+		{"empty lock", pod(map[string]string{inject.AnnotationLock: " "}, nil), false, "no baton.dev/lock annotation"},
+		{"opt out", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "false"}, nil), false, "opted out"},
+		{"opt out no", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "No"}, nil), false, "opted out"},
+		{"inject true", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "true"}, nil), true, ""},
+		{"injected annotation", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInjected: "img"}, nil), false, "already injected"},
 		{"baton init container", pod(lock, func(p *corev1.Pod) {
-			p.Spec.InitContainers = []corev1.Container{{Name: ContainerName}}
+			p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName}}
 		}), false, "already injected"},
 		{"baton container", pod(lock, func(p *corev1.Pod) {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ContainerName})
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: inject.ContainerName})
 		}), false, "already injected"},
 		{"host network", pod(lock, func(p *corev1.Pod) { p.Spec.HostNetwork = true }), false, "host network"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, reason := Required(tc.pod)
+			got, reason := inject.Required(tc.pod)
 			if got != tc.want || !strings.Contains(reason, tc.reason) || (got && reason != "") {
 				t.Errorf("Required = %v, %q; want %v, containing %q", got, reason, tc.want, tc.reason)
 			}
@@ -431,7 +256,7 @@ func validLock() *batonv1.DistributedLock {
 
 func appPod() *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "app", Annotations: map[string]string{AnnotationLock: "orders"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "app", Annotations: map[string]string{inject.AnnotationLock: "orders"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
 }
@@ -442,51 +267,51 @@ func TestInjectErrors(t *testing.T) {
 		name    string
 		pod     func(*corev1.Pod)
 		dl      func(*batonv1.DistributedLock)
-		cfg     func(*Config)
+		cfg     func(*inject.Config)
 		is      error
 		message string
 	}{
-		{name: "no lock IDs", dl: func(d *batonv1.DistributedLock) { d.Spec.LockIDs = nil }, is: ErrInvalidLock, message: "spec.lockIds is empty"},
+		{name: "no lock IDs", dl: func(d *batonv1.DistributedLock) { d.Spec.LockIDs = nil }, is: inject.ErrInvalidLock, message: "spec.lockIds is empty"},
 		{name: "too many lock IDs", dl: func(d *batonv1.DistributedLock) {
 			d.Spec.LockIDs = nil
 			for i := range batonv1.MaxLockIDs + 1 {
 				d.Spec.LockIDs = append(d.Spec.LockIDs, fmt.Sprint("l", i))
 			}
-		}, is: ErrInvalidLock, message: "at most 16"},
-		{name: "bad lock ID", dl: func(d *batonv1.DistributedLock) { d.Spec.LockIDs = []string{"a/b"} }, is: ErrInvalidLock, message: `"a/b"`},
-		{name: "repeated lock ID", dl: func(d *batonv1.DistributedLock) { d.Spec.LockIDs = []string{"a", "a"} }, is: ErrInvalidLock, message: "twice"},
-		{name: "bad mode", dl: func(d *batonv1.DistributedLock) { d.Spec.Mode = "Sometimes" }, is: ErrInvalidLock, message: "spec.mode"},
-		{name: "bad traffic", dl: func(d *batonv1.DistributedLock) { d.Spec.TrafficPolicy = "Magic" }, is: ErrInvalidLock, message: "spec.trafficPolicy"},
-		{name: "bad scope", dl: func(d *batonv1.DistributedLock) { d.Spec.Scope = "Cluster" }, is: ErrInvalidLock, message: "spec.scope"},
+		}, is: inject.ErrInvalidLock, message: "at most 16"},
+		{name: "bad lock ID", dl: func(d *batonv1.DistributedLock) { d.Spec.LockIDs = []string{"a/b"} }, is: inject.ErrInvalidLock, message: `"a/b"`},
+		{name: "repeated lock ID", dl: func(d *batonv1.DistributedLock) { d.Spec.LockIDs = []string{"a", "a"} }, is: inject.ErrInvalidLock, message: "twice"},
+		{name: "bad mode", dl: func(d *batonv1.DistributedLock) { d.Spec.Mode = "Sometimes" }, is: inject.ErrInvalidLock, message: "spec.mode"},
+		{name: "bad traffic", dl: func(d *batonv1.DistributedLock) { d.Spec.TrafficPolicy = "Magic" }, is: inject.ErrInvalidLock, message: "spec.trafficPolicy"},
+		{name: "bad scope", dl: func(d *batonv1.DistributedLock) { d.Spec.Scope = "Cluster" }, is: inject.ErrInvalidLock, message: "spec.scope"},
 		{name: "short lease", dl: func(d *batonv1.DistributedLock) {
 			d.Spec.LeaseDuration = &metav1.Duration{Duration: time.Millisecond}
-		}, is: ErrInvalidLock, message: "spec.leaseDuration 1ms"},
-		{name: "no contact points", cfg: func(c *Config) { c.Cassandra.ContactPoints = nil }, is: ErrInvalidLock, message: "no Cassandra contact points"},
+		}, is: inject.ErrInvalidLock, message: "spec.leaseDuration 1ms"},
+		{name: "no contact points", cfg: func(c *inject.Config) { c.Cassandra.ContactPoints = nil }, is: inject.ErrInvalidLock, message: "no Cassandra contact points"},
 		{name: "local quorum without dc", dl: func(d *batonv1.DistributedLock) {
 			d.Spec.Cassandra = &batonv1.CassandraConnection{Consistency: batonv1.ConsistencyLocalQuorum}
-		}, is: ErrInvalidLock, message: "set spec.cassandra.localDC"},
+		}, is: inject.ErrInvalidLock, message: "set spec.cassandra.localDC"},
 		{name: "bad keyspace", dl: func(d *batonv1.DistributedLock) {
 			d.Spec.Cassandra = &batonv1.CassandraConnection{Keyspace: "1x"}
-		}, is: ErrInvalidLock, message: "keyspace"},
-		{name: "annotation names another lock", pod: func(p *corev1.Pod) { p.Annotations[AnnotationLock] = "other" }, is: ErrInvalidLock, message: `names "other"`},
-		{name: "other namespace", dl: func(d *batonv1.DistributedLock) { d.Namespace = "team-b" }, is: ErrInvalidLock, message: "not in the pod's namespace"},
+		}, is: inject.ErrInvalidLock, message: "keyspace"},
+		{name: "annotation names another lock", pod: func(p *corev1.Pod) { p.Annotations[inject.AnnotationLock] = "other" }, is: inject.ErrInvalidLock, message: `names "other"`},
+		{name: "other namespace", dl: func(d *batonv1.DistributedLock) { d.Namespace = "team-b" }, is: inject.ErrInvalidLock, message: "not in the pod's namespace"},
 		{name: "baton container", pod: func(p *corev1.Pod) {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ContainerName})
-		}, is: ErrConflict, message: "already has a container"},
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: inject.ContainerName})
+		}, is: inject.ErrConflict, message: "already has a container"},
 		{name: "socket dir taken", pod: func(p *corev1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "run", MountPath: sidecarcontract.SocketDir + "/"}}
-		}, is: ErrConflict, message: `mounts volume "run"`},
-		{name: "no image", cfg: func(c *Config) { c.Image = "" }, is: ErrInvalidConfig, message: "sidecar image is empty"},
-		{name: "long shutdown", cfg: func(c *Config) { c.ShutdownTimeout = time.Hour }, is: ErrInvalidConfig, message: "shutdown timeout 1h0m0s"},
-		{name: "bad consistency", cfg: func(c *Config) { c.Cassandra.Consistency = "ONE" }, is: ErrInvalidConfig, message: `"ONE"`},
-		{name: "default connection with a Secret", cfg: func(c *Config) { c.Cassandra.TLSSecretRef = &batonv1.TLSSecretRef{Name: "tls"} },
-			is: ErrInvalidConfig, message: "default Cassandra connection names Secrets"},
+		}, is: inject.ErrConflict, message: `mounts volume "run"`},
+		{name: "no image", cfg: func(c *inject.Config) { c.Image = "" }, is: inject.ErrInvalidConfig, message: "sidecar image is empty"},
+		{name: "long shutdown", cfg: func(c *inject.Config) { c.ShutdownTimeout = time.Hour }, is: inject.ErrInvalidConfig, message: "shutdown timeout 1h0m0s"},
+		{name: "bad consistency", cfg: func(c *inject.Config) { c.Cassandra.Consistency = "ONE" }, is: inject.ErrInvalidConfig, message: `"ONE"`},
+		{name: "default connection with a Secret", cfg: func(c *inject.Config) { c.Cassandra.TLSSecretRef = &batonv1.TLSSecretRef{Name: "tls"} },
+			is: inject.ErrInvalidConfig, message: "default Cassandra connection names Secrets"},
 		{name: "global not allowed", dl: func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal },
-			cfg: func(c *Config) { c.GlobalNamespaces = []string{"shared"} }, is: ErrInvalidLock,
+			cfg: func(c *inject.Config) { c.GlobalNamespaces = []string{"shared"} }, is: inject.ErrInvalidLock,
 			message: `spec.scope Global is not allowed in namespace "team-a": the operator allows it in only namespaces shared`},
 		{name: "global allowed nowhere", dl: func(d *batonv1.DistributedLock) { d.Spec.Scope = batonv1.ScopeGlobal },
-			cfg: func(c *Config) { c.GlobalNamespaces = nil }, is: ErrInvalidLock, message: "allows it in no namespace"},
-		{name: "bad global namespace", cfg: func(c *Config) { c.GlobalNamespaces = []string{"Bad_NS"} }, is: ErrInvalidConfig, message: `global namespace "Bad_NS"`},
+			cfg: func(c *inject.Config) { c.GlobalNamespaces = nil }, is: inject.ErrInvalidLock, message: "allows it in no namespace"},
+		{name: "bad global namespace", cfg: func(c *inject.Config) { c.GlobalNamespaces = []string{"Bad_NS"} }, is: inject.ErrInvalidConfig, message: `global namespace "Bad_NS"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, dl, c := appPod(), validLock(), cfg
@@ -499,7 +324,7 @@ func TestInjectErrors(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&c)
 			}
-			out, err := Inject(p, dl, c)
+			out, err := inject.Inject(p, dl, c)
 			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.message) {
 				t.Fatalf("Inject error = %v; want %v containing %q", err, tc.is, tc.message)
 			}
@@ -508,7 +333,7 @@ func TestInjectErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Inject(appPod(), validLock(), cfg); err != nil {
+	if _, err := inject.Inject(appPod(), validLock(), cfg); err != nil {
 		t.Fatalf("the base case fails: %v", err)
 	}
 }
@@ -517,7 +342,7 @@ func TestInjectReportsEveryProblem(t *testing.T) {
 	dl := validLock()
 	dl.Spec.LockIDs = []string{"a", "a"}
 	dl.Spec.Mode = "x"
-	_, err := Inject(appPod(), dl, Config{Image: "i"})
+	_, err := inject.Inject(appPod(), dl, inject.Config{Image: "i"})
 	for _, want := range []string{"twice", "spec.mode", "contact points", "team-a/orders"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
@@ -526,8 +351,8 @@ func TestInjectReportsEveryProblem(t *testing.T) {
 }
 
 func TestMissingLockError(t *testing.T) {
-	err := fmt.Errorf("webhook: %w", MissingLockError("team-a", "orders"))
-	var nf *LockNotFoundError
+	err := fmt.Errorf("webhook: %w", inject.MissingLockError("team-a", "orders"))
+	var nf *inject.LockNotFoundError
 	if !errors.As(err, &nf) || nf.Namespace != "team-a" || nf.Name != "orders" {
 		t.Fatalf("errors.As(%v) = %+v", err, nf)
 	}
@@ -542,9 +367,9 @@ func TestInjectReplacesAppEnvAndKeepsGate(t *testing.T) {
 	p.Spec.Containers[0].Env = []corev1.EnvVar{
 		{Name: sidecarcontract.EnvLocks, Value: "old"}, {Name: "A", Value: "1"}, {Name: sidecarcontract.EnvLocks, Value: "older"},
 	}
-	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: SocketVolume, MountPath: sidecarcontract.SocketDir}}
-	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: readinessGate}}
-	out, err := Inject(p, validLock(), testConfig("unit"))
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: inject.SocketVolume, MountPath: sidecarcontract.SocketDir}}
+	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: sidecarcontract.ConditionLockHeld}}
+	out, err := inject.Inject(p, validLock(), testConfig("unit"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +397,7 @@ func TestGlobalAllowed(t *testing.T) {
 		{[]string{"a"}, "b", false},
 		{[]string{"*"}, "anything", true},
 	} {
-		if got := (Config{GlobalNamespaces: tc.list}).GlobalAllowed(tc.ns); got != tc.want {
+		if got := (inject.Config{GlobalNamespaces: tc.list}).GlobalAllowed(tc.ns); got != tc.want {
 			t.Errorf("GlobalAllowed(%v, %q) = %v, want %v", tc.list, tc.ns, got, tc.want)
 		}
 	}
@@ -580,7 +405,7 @@ func TestGlobalAllowed(t *testing.T) {
 	dl.Spec.Scope = batonv1.ScopeGlobal
 	c := testConfig("unit")
 	c.GlobalNamespaces = []string{dl.Namespace}
-	if _, err := Inject(appPod(), dl, c); err != nil {
+	if _, err := inject.Inject(appPod(), dl, c); err != nil {
 		t.Errorf("Global in an allowed namespace: %v", err)
 	}
 }
@@ -605,12 +430,12 @@ func TestStoreConnectionMergesOverride(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	out, err := Inject(appPod(), validLock(), testConfig("unit"))
+	out, err := inject.Inject(appPod(), validLock(), testConfig("unit"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc := sidecarOf(t, out)
-	if !reflect.DeepEqual(sc.Resources, DefaultResources()) {
+	if !reflect.DeepEqual(sc.Resources, inject.DefaultResources()) {
 		t.Errorf("resources %v, want the defaults", sc.Resources)
 	}
 	if sc.ImagePullPolicy != corev1.PullIfNotPresent {

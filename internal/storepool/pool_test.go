@@ -5,9 +5,58 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"go.uber.org/goleak"
 
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
+
+// TestPoolSharesAndClosesSessions: one session per connection, shared by every caller; a session
+// unused for longer than the idle time is closed at the next call; Close closes the others. No
+// goroutine of a session the pool opened is left running.
+func TestPoolSharesAndClosesSessions(t *testing.T) {
+	hosts := cassandra.Cluster(t).Hosts()
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the node's own goroutines started above
+	now := time.Now()
+	p := New(WithEnsureSchema(""), WithIdle(time.Minute))
+	p.now = func() time.Time { return now }
+	defer p.Close()
+	ctx := t.Context()
+	a := cassandrastore.Connection{ContactPoints: hosts, Keyspace: "storepool_test"}
+	b := a
+	b.Consistency = gocql.All
+
+	storeA, err := p.Store(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := storeA.Load(ctx, "orders", false); err != nil {
+		t.Fatalf("the pooled store cannot read: %v", err)
+	}
+	if again, err := p.Store(ctx, a); err != nil || again != storeA {
+		t.Fatalf("the same connection again: %v, %v; want the pooled store", again, err)
+	}
+	if _, err := p.Store(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Len(); n != 2 {
+		t.Fatalf("%d pooled connections for 2, want 2", n)
+	}
+
+	now = now.Add(2 * time.Minute) // a is idle now; using b sweeps it
+	if _, err := p.Store(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Len(); n != 1 {
+		t.Fatalf("%d pooled connections after the idle one was swept, want 1", n)
+	}
+	p.Close()
+	if _, err := p.Store(ctx, a); !errors.Is(err, ErrClosed) {
+		t.Errorf("Store after Close: %v, want ErrClosed", err)
+	}
+}
 
 func TestFailedConnectionIsNotKept(t *testing.T) {
 	p := New()

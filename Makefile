@@ -29,9 +29,9 @@ demo-lock: ## the lock library alone: 5 contenders on one lock against a local C
 CACHE_DIR = $${XDG_CACHE_HOME:-$$HOME/.cache}/baton
 
 .PHONY: install-deps
-install-deps: ## install what the tests run into ~/.cache/baton: Cassandra (Maven Central), kube-apiserver, kube-controller-manager, etcd, kubectl, helm (Go modules); a no-op when cached
+install-deps: ## install what the tests run into ~/.cache/baton: Cassandra (Maven Central), kube-apiserver, kube-controller-manager, etcd, kubectl, helm, and a node's kube-scheduler, kubelet, kube-proxy, containerd, CNI plugins (Go modules), runc, iptables, conntrack (apt-get, as root); a no-op when cached
 	@SECONDS=0; \
-	  echo "install-deps: Cassandra, kube-apiserver, kube-controller-manager, etcd, kubectl and helm into $(CACHE_DIR)"; \
+	  echo "install-deps: Cassandra, kube-apiserver, kube-controller-manager, etcd, kubectl, helm, kube-scheduler, kubelet, kube-proxy, containerd and CNI plugins into $(CACHE_DIR); runc, iptables and conntrack with apt-get if missing (root only)"; \
 	  echo "install-deps: compiling hack/cassandra (go run prints nothing while it compiles, under a minute)"; \
 	  $(GO) run ./hack/cassandra install; \
 	  echo "install-deps: compiling hack/kube (go run prints nothing while it compiles, about 3 minutes with an empty Go build cache)"; \
@@ -137,6 +137,13 @@ bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admis
 .PHONY: build
 build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does
 	$(BUILD)
+
+# The images without Docker: hack/image assembles them from static binaries (package imagebuild),
+# nothing pulled. The baton image mirrors the Dockerfile's final stage (a test keeps them in step).
+.PHONY: image
+image: ## build the baton, pause and demoapp images (baton.local/*:dev) into _out/images.tar without Docker; import with ctr -n k8s.io images import, docker load or kind load image-archive
+	$(BUILD)
+	$(GO) run ./hack/image -out $(OUT) -baton-bin bin
 
 .PHONY: cassandra-start cassandra-stop
 cassandra-start: ## start a local single-node Cassandra on 127.0.0.1:9042 (left running)

@@ -13,24 +13,28 @@ import (
 
 // RolloutProblems explains, workload by workload, why rollouts of the Deployments and
 // StatefulSets that use dl (pod template annotation baton.dev/lock: <dl.Name>) would stall, and
-// the setting that fixes each. It returns nothing unless dl's traffic policy is ReadinessGate.
+// the setting that fixes each. It returns nothing when standbys can be Ready: mode Try with
+// trafficPolicy Label or None.
 //
-// Under ReadinessGate only the holder is Ready; every standby stays NotReady, whatever its
-// revision. A Deployment scales down its old pods only while at least replicas − maxUnavailable
+// Standbys stay NotReady, whatever their revision, in two cases: under ReadinessGate, which
+// makes only the holder Ready; and in mode Blocking under any policy, because the sidecar's
+// startup probe holds a pod's app containers back until it holds the lock, so a standby's app
+// never starts (a real kubelet showed this; see standbysStayNotReady). A Deployment scales down its old pods only while at least replicas − maxUnavailable
 // pods are available. Once the old holder is the last old pod and the new pods wait for its lock,
 // one pod is available, so the holder is removed only when replicas − maxUnavailable ≤ 0: the
 // rollout needs maxUnavailable ≥ replicas (100%) or the Recreate strategy. A StatefulSet creates
 // pods one by one after the previous is Ready (OrderedReady) and rolls one pod at a time waiting
 // for the updated pod to be Ready, which a standby never is.
 func RolloutProblems(dl *batonv1.DistributedLock, deployments []appsv1.Deployment, statefulSets []appsv1.StatefulSet) []string {
-	if dl.Spec.TrafficPolicy != "" && dl.Spec.TrafficPolicy != batonv1.TrafficReadinessGate {
+	why, fix := standbysStayNotReady(dl)
+	if why == "" {
 		return nil
 	}
 	var out []string
 	for i := range deployments {
 		d := &deployments[i]
 		if usesLock(d.Namespace, d.Spec.Template.Annotations, dl) {
-			if p := deploymentProblem(d); p != "" {
+			if p := deploymentProblem(d, why, fix); p != "" {
 				out = append(out, p)
 			}
 		}
@@ -38,7 +42,7 @@ func RolloutProblems(dl *batonv1.DistributedLock, deployments []appsv1.Deploymen
 	for i := range statefulSets {
 		s := &statefulSets[i]
 		if usesLock(s.Namespace, s.Spec.Template.Annotations, dl) {
-			if p := statefulSetProblem(s); p != "" {
+			if p := statefulSetProblem(s, why, fix); p != "" {
 				out = append(out, p)
 			}
 		}
@@ -52,9 +56,25 @@ func usesLock(namespace string, annotations map[string]string, dl *batonv1.Distr
 		!inject.OptedOut(annotations[inject.AnnotationInject])
 }
 
-const fixLabel = "or set the DistributedLock's spec.trafficPolicy to Label"
+// standbysStayNotReady says why pods that wait for dl's lock are never Ready, and the change to
+// dl that would let them be; "" when they can be Ready.
+func standbysStayNotReady(dl *batonv1.DistributedLock) (why, fix string) {
+	gate := dl.Spec.TrafficPolicy == "" || dl.Spec.TrafficPolicy == batonv1.TrafficReadinessGate
+	blocking := dl.Spec.Mode == "" || dl.Spec.Mode == batonv1.ModeBlocking
+	switch {
+	case blocking:
+		// The injected startup probe ("baton wait") gates the app containers until the locks are
+		// held; without native sidecars it keeps the sidecar, and so the pod, NotReady instead.
+		return "standbys stay NotReady in mode Blocking (their app containers start only once they hold the lock)",
+			"or set the DistributedLock's spec.mode to Try and spec.trafficPolicy to Label (the app then asks for the lock itself)"
+	case gate:
+		return "standbys stay NotReady under trafficPolicy ReadinessGate",
+			"or set the DistributedLock's spec.trafficPolicy to Label"
+	}
+	return "", ""
+}
 
-func deploymentProblem(d *appsv1.Deployment) string {
+func deploymentProblem(d *appsv1.Deployment, why, fix string) string {
 	replicas := int32(1)
 	if d.Spec.Replicas != nil {
 		replicas = *d.Spec.Replicas
@@ -73,13 +93,13 @@ func deploymentProblem(d *appsv1.Deployment) string {
 	if allowed >= int(replicas) {
 		return ""
 	}
-	return fmt.Sprintf("Deployment %s: a rollout would stall: standbys stay NotReady under trafficPolicy ReadinessGate, "+
+	return fmt.Sprintf("Deployment %s: a rollout would stall: %s, "+
 		"but maxUnavailable %s allows only %d of %d replicas to be unavailable, so the old holder is never replaced; "+
 		"set spec.strategy.rollingUpdate.maxUnavailable to 100%% or spec.strategy.type to Recreate, %s",
-		d.Name, maxUnavailable.String(), allowed, replicas, fixLabel)
+		d.Name, why, maxUnavailable.String(), allowed, replicas, fix)
 }
 
-func statefulSetProblem(s *appsv1.StatefulSet) string {
+func statefulSetProblem(s *appsv1.StatefulSet, why, fix string) string {
 	replicas := int32(1)
 	if s.Spec.Replicas != nil {
 		replicas = *s.Spec.Replicas
@@ -105,6 +125,6 @@ func statefulSetProblem(s *appsv1.StatefulSet) string {
 	if len(fixes) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("StatefulSet %s: standbys stay NotReady under trafficPolicy ReadinessGate, so it would stall; set %s, %s",
-		s.Name, strings.Join(fixes, ", and "), fixLabel)
+	return fmt.Sprintf("StatefulSet %s: %s, so it would stall; set %s, %s",
+		s.Name, why, strings.Join(fixes, ", and "), fix)
 }

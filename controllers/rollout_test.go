@@ -67,9 +67,19 @@ func TestRolloutProblemsDeployments(t *testing.T) {
 	}
 	for _, policy := range []batonv1.TrafficPolicy{batonv1.TrafficLabel, batonv1.TrafficNone} {
 		l := dl.DeepCopy()
-		l.Spec.TrafficPolicy = policy
+		l.Spec.TrafficPolicy, l.Spec.Mode = policy, batonv1.ModeTry
 		if got := RolloutProblems(l, []appsv1.Deployment{deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader"))}, nil); len(got) > 0 {
-			t.Errorf("trafficPolicy %s: problems %q, want none (pods stay Ready)", policy, got)
+			t.Errorf("mode Try, trafficPolicy %s: problems %q, want none (standbys' apps run and they are Ready)", policy, got)
+		}
+		// In mode Blocking (also the default) the startup probe keeps a standby's app from
+		// starting, so the standby is never Ready whatever the traffic policy: the real kubelet in
+		// test/e2e showed it.
+		for _, mode := range []batonv1.LockMode{"", batonv1.ModeBlocking} {
+			l.Spec.Mode = mode
+			got := RolloutProblems(l, []appsv1.Deployment{deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader"))}, nil)
+			if len(got) != 1 || !strings.Contains(got[0], "mode Blocking") || !strings.Contains(got[0], "spec.mode to Try") {
+				t.Errorf("mode %q, trafficPolicy %s: problems %q, want one saying standbys stay NotReady in mode Blocking", mode, policy, got)
+			}
 		}
 	}
 }

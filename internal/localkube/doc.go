@@ -1,8 +1,11 @@
 // Package localkube builds the real Kubernetes control-plane binaries
-// (kube-apiserver, kube-controller-manager and etcd) and the client tools
-// (kubectl and helm) from their Go modules, caches them by version, and
-// starts controller-runtime's envtest against them — without Docker, kind,
-// or downloaded release tarballs.
+// (kube-apiserver, kube-controller-manager and etcd), the client tools
+// (kubectl and helm) and the binaries a node adds (kube-scheduler, kubelet
+// and kube-proxy, for internal/localnode) from their Go modules, caches
+// them by version, and starts controller-runtime's envtest against them —
+// without Docker, kind, or downloaded release tarballs. The build plumbing
+// (throwaway modules, stamps, file lock, progress lines) is
+// internal/gobuild's.
 //
 // # Install
 //
@@ -30,17 +33,18 @@
 // several processes (e.g. parallel test packages) are serialised with a file
 // lock. The Go module proxy must serve the modules (GOPROXY as configured).
 //
-// # kubectl and helm
+// # kubectl, helm and the node's binaries
 //
-// [Kubectl] and [Helm] build one binary each on first use, the same way, and
-// return its path; each has its own stamp, so adding or rebuilding one never
-// rebuilds another:
+// [Kubectl], [Helm], [KubeScheduler], [Kubelet] and [KubeProxy] build one
+// binary each on first use, the same way, and return its path; each has its
+// own stamp, so adding or rebuilding one never rebuilds another
+// ([ToolInstalled] checks one without building):
 //
 //	.../baton/kube/<KubernetesVersion>/
-//	    src/kubectl/        the kube module's go.mod with a tool directive for
-//	                        k8s.io/kubernetes/cmd/kubectl
-//	    bin/kubectl         stamped like the control plane
-//	    .installed-kubectl
+//	    src/<name>/         the kube module's go.mod with a tool directive for
+//	                        k8s.io/kubernetes/cmd/<name>
+//	    bin/<name>          stamped like the control plane
+//	    .installed-<name>   for kubectl, kube-scheduler, kubelet, kube-proxy
 //	.../baton/kube/helm/<HelmVersion>/
 //	    src/helm/           requires helm.sh/helm/v3 HelmVersion (the versions
 //	                        of helm's own go.mod) with a tool directive for
@@ -48,11 +52,17 @@
 //	    bin/helm            stamped like a helm release build
 //	    .installed-helm
 //
-// kubectl reuses most of kube-apiserver's packages from the Go build cache,
-// so it takes about half a minute after the control plane; helm about a
-// minute more. `go run ./hack/kube install` builds everything; `make
-// install-deps`, which `make test` runs before any test binary starts, runs
-// it (and installs Cassandra), so that no test's deadline includes a build.
+// kubectl, kube-scheduler, kubelet and kube-proxy reuse most of
+// kube-apiserver's packages from the Go build cache, so each takes under a
+// minute after the control plane (kube-scheduler alone takes four to five
+// minutes with an empty build cache); helm about a minute more. They are
+// built with the go command's default CGO_ENABLED, as the control plane is:
+// kubelet built with CGO_ENABLED=0 works too but shares no package with the
+// control plane and takes seven minutes or more. `go run ./hack/kube
+// install` builds everything (and, through internal/localnode, containerd
+// and the CNI plugins); `make install-deps`, which `make test` runs before
+// any test binary starts, runs it (and installs Cassandra), so that no
+// test's deadline includes a build.
 //
 // # Using the binaries in tests
 //
@@ -74,5 +84,7 @@
 // returns (or export KUBEBUILDER_ASSETS=$(go run ./hack/kube path)).
 // envtest runs only etcd and kube-apiserver; kube-controller-manager is in the
 // same directory for tests that need Deployments, ReplicaSets or
-// EndpointSlices reconciled and start it themselves. There is no kubelet.
+// EndpointSlices reconciled and start it themselves. envtest runs no
+// kubelet; internal/localnode runs a real node with the kubelet and
+// kube-proxy built here.
 package localkube

@@ -1,9 +1,7 @@
 package localkube
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/filelock"
+	"github.com/baton-dev/baton/internal/gobuild"
 )
 
 const (
@@ -30,7 +29,8 @@ const (
 	// recipe changes whenever the way the binaries are built changes, so
 	// that a cache written by an older recipe is rebuilt.
 	recipe     = "1"
-	stampFile  = ".installed"
+	stampFile  = gobuild.StampFile
+	prefix     = "localkube"
 	kubeModule = "k8s.io/kubernetes"
 	etcdModule = "go.etcd.io/etcd/server/v3"
 )
@@ -151,61 +151,52 @@ func install(ctx context.Context, cfg Config, reportCached bool) (binDir string,
 	}
 	defer unlock()
 	if installed(dir) { // another process finished while we waited
-		fmt.Fprintf(cfg.Progress, "localkube: control plane built by another process in %s (waited %s)\n", binDir, since(waitStart))
+		fmt.Fprintf(cfg.Progress, "localkube: control plane built by another process in %s (waited %s)\n", binDir, gobuild.Since(waitStart))
 		return binDir, nil
 	}
 
-	b := &builder{cfg: cfg, goBin: goBin, dir: dir, binDir: binDir}
-	if err := b.build(ctx); err != nil {
+	if err := build(ctx, cfg, goBin, dir, binDir); err != nil {
 		return "", err
 	}
 	return binDir, nil
 }
 
-type builder struct {
-	cfg    Config
-	goBin  string
-	dir    string
-	binDir string
-	log    io.Writer
-}
-
-func (b *builder) build(ctx context.Context) error {
+func build(ctx context.Context, cfg Config, goBin, dir, binDir string) error {
 	start := time.Now()
-	fmt.Fprintf(b.cfg.Progress, "localkube: building the Kubernetes %s control plane and etcd %s from Go modules into %s\n", KubernetesVersion, EtcdVersion, b.dir)
-	_ = os.Remove(filepath.Join(b.dir, stampFile))
-	// Only this build's own sources are redone: kubectl (see Kubectl) shares
-	// the directory and keeps its own stamp.
-	srcDir := filepath.Join(b.dir, "src")
+	fmt.Fprintf(cfg.Progress, "localkube: building the Kubernetes %s control plane and etcd %s from Go modules into %s\n", KubernetesVersion, EtcdVersion, dir)
+	_ = os.Remove(filepath.Join(dir, stampFile))
+	// Only this build's own sources are redone: kubectl and the other tools
+	// (see tools.go) share the directory and keep their own stamps.
+	srcDir := filepath.Join(dir, "src")
 	for _, d := range []string{filepath.Join(srcDir, "kube"), filepath.Join(srcDir, "etcd")} {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("localkube: install: %w", err)
 		}
 	}
-	for _, d := range []string{filepath.Join(srcDir, "kube"), filepath.Join(srcDir, "etcd"), b.binDir} {
+	for _, d := range []string{filepath.Join(srcDir, "kube"), filepath.Join(srcDir, "etcd"), binDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("localkube: install: %w", err)
 		}
 	}
-	logPath := filepath.Join(b.dir, "build.log")
+	logPath := filepath.Join(dir, "build.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return fmt.Errorf("localkube: install: %w", err)
 	}
 	defer logFile.Close()
-	b.log = logFile
+	b := &gobuild.Builder{Prefix: prefix, Progress: cfg.Progress, GoBin: goBin, Log: logFile, BinDir: binDir}
 
-	if err := b.buildKube(ctx, filepath.Join(srcDir, "kube")); err != nil {
+	if err := buildKube(ctx, b, filepath.Join(srcDir, "kube")); err != nil {
 		return fmt.Errorf("%w (build log %s)", err, logPath)
 	}
-	if err := b.buildEtcd(ctx, filepath.Join(srcDir, "etcd")); err != nil {
+	if err := buildEtcd(ctx, b, filepath.Join(srcDir, "etcd")); err != nil {
 		return fmt.Errorf("%w (build log %s)", err, logPath)
 	}
 
-	if err := writeStamp(filepath.Join(b.dir, stampFile), stamp()); err != nil {
+	if err := b.WriteStamp(filepath.Join(dir, stampFile), stamp()); err != nil {
 		return err
 	}
-	fmt.Fprintf(b.cfg.Progress, "localkube: control plane ready in %s after %s\n", b.binDir, since(start))
+	fmt.Fprintf(cfg.Progress, "localkube: control plane ready in %s after %s\n", binDir, gobuild.Since(start))
 	return nil
 }
 
@@ -242,9 +233,9 @@ import (
 func main() { etcdmain.Main(os.Args) }
 `
 
-func (b *builder) buildKube(ctx context.Context, src string) error {
-	resolving := b.resolving(kubeModule + "@" + KubernetesVersion + " and its staging modules")
-	upstream, err := b.upstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
+func buildKube(ctx context.Context, b *gobuild.Builder, src string) error {
+	resolving := b.Resolving(kubeModule + "@" + KubernetesVersion + " and its staging modules")
+	upstream, err := b.UpstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
 	if err != nil {
 		return err
 	}
@@ -257,66 +248,40 @@ func (b *builder) buildKube(ctx context.Context, src string) error {
 		filepath.Join("cmd", KubeAPIServer, "main.go"):         fmt.Sprintf(kubeMainTemplate, KubeAPIServer, "NewAPIServerCommand"),
 		filepath.Join("cmd", KubeControllerManager, "main.go"): fmt.Sprintf(kubeMainTemplate, KubeControllerManager, "NewControllerManagerCommand"),
 	}
-	if err := writeFiles(src, files); err != nil {
+	if err := b.WriteFiles(src, files); err != nil {
 		return err
 	}
 	// Both commands are imported before tidy so that go.sum covers both.
-	if _, err := b.goCmd(ctx, src, "mod", "tidy"); err != nil {
+	if _, err := b.Go(ctx, src, "mod", "tidy"); err != nil {
 		return fmt.Errorf("localkube: go mod tidy of the kube build module: %w", err)
 	}
 	resolving()
 	ldflags := versionLDFlags()
 	// kube-controller-manager shares most packages with kube-apiserver, so it
 	// is much quicker once those are in the Go build cache.
-	if err := b.goBuild(ctx, src, KubeAPIServer, "./cmd/"+KubeAPIServer, ldflags, KubernetesVersion, "about 6 minutes"); err != nil {
+	if err := b.GoBuild(ctx, src, gobuild.Command{Name: KubeAPIServer, Pkg: "./cmd/" + KubeAPIServer, LDFlags: ldflags, Version: KubernetesVersion, Expect: "about 6 minutes"}); err != nil {
 		return err
 	}
-	return b.goBuild(ctx, src, KubeControllerManager, "./cmd/"+KubeControllerManager, ldflags, KubernetesVersion, "about 2 minutes")
+	return b.GoBuild(ctx, src, gobuild.Command{Name: KubeControllerManager, Pkg: "./cmd/" + KubeControllerManager, LDFlags: ldflags, Version: KubernetesVersion, Expect: "about 2 minutes"})
 }
 
-func (b *builder) buildEtcd(ctx context.Context, src string) error {
+func buildEtcd(ctx context.Context, b *gobuild.Builder, src string) error {
 	files := map[string]string{
 		"go.mod":  fmt.Sprintf("module baton.local/localkube/etcd\n\nrequire %s %s\n", etcdModule, EtcdVersion),
 		"main.go": etcdMain,
 	}
-	resolving := b.resolving(etcdModule + "@" + EtcdVersion)
-	if err := writeFiles(src, files); err != nil {
+	resolving := b.Resolving(etcdModule + "@" + EtcdVersion)
+	if err := b.WriteFiles(src, files); err != nil {
 		return err
 	}
-	if _, err := b.goCmd(ctx, src, "mod", "tidy"); err != nil {
+	if _, err := b.Go(ctx, src, "mod", "tidy"); err != nil {
 		return fmt.Errorf("localkube: go mod tidy of the etcd build module: %w", err)
 	}
 	resolving()
-	return b.goBuild(ctx, src, Etcd, ".", "", EtcdVersion, "under a minute")
-}
-
-// upstreamGoMod downloads module@version into the module cache and returns
-// its go.mod. It first writes a minimal go.mod into src, so that the go
-// command does not look for one in the parent directories.
-func (b *builder) upstreamGoMod(ctx context.Context, src, module, version string) ([]byte, error) {
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module baton.local/localkube/download\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("localkube: install: %w", err)
-	}
-	out, err := b.goCmd(ctx, src, "mod", "download", "-json", module+"@"+version)
-	if err != nil {
-		return nil, fmt.Errorf("localkube: download %s@%s: %w", module, version, err)
-	}
-	var info struct{ GoMod, Error string }
-	if err := json.Unmarshal(out, &info); err != nil {
-		return nil, fmt.Errorf("localkube: go mod download %s@%s: %w", module, version, err)
-	}
-	if info.Error != "" || info.GoMod == "" {
-		return nil, fmt.Errorf("localkube: go mod download %s@%s: %s", module, version, info.Error)
-	}
-	upstream, err := os.ReadFile(info.GoMod)
-	if err != nil {
-		return nil, fmt.Errorf("localkube: read %s go.mod: %w", module, err)
-	}
-	return upstream, nil
+	return b.GoBuild(ctx, src, gobuild.Command{Name: Etcd, Pkg: ".", Version: EtcdVersion, Expect: "under a minute"})
 }
 
 var stagingReplaceRE = regexp.MustCompile(`(?m)^\s*(?:replace\s+)?(k8s\.io/\S+)\s+=>\s+\./staging/`)
-var goDirectiveRE = regexp.MustCompile(`(?m)^go\s+(\S+)\s*$`)
 
 // kubeGoMod returns the go.mod of the throwaway module that builds the kube
 // commands: it requires k8s.io/kubernetes and replaces each staging module
@@ -339,22 +304,16 @@ func kubeGoMod(upstream []byte, tools ...string) (string, error) {
 	var sb strings.Builder
 	sb.WriteString("// Generated by baton's internal/localkube: builds Kubernetes commands\n// from " + kubeModule + " " + KubernetesVersion + ".\n\n")
 	sb.WriteString("module baton.local/localkube/kube\n\n")
-	if m := goDirectiveRE.FindSubmatch(upstream); m != nil {
-		fmt.Fprintf(&sb, "go %s\n\n", m[1])
+	if v := gobuild.GoDirective(upstream); v != "" {
+		fmt.Fprintf(&sb, "go %s\n\n", v)
 	}
 	fmt.Fprintf(&sb, "require %s %s\n\nreplace (\n", kubeModule, KubernetesVersion)
 	for _, mod := range staging {
 		fmt.Fprintf(&sb, "\t%s => %s %s\n", mod, mod, StagingVersion)
 	}
 	sb.WriteString(")\n")
-	writeTools(&sb, tools)
+	gobuild.WriteTools(&sb, tools)
 	return sb.String(), nil
-}
-
-func writeTools(sb *strings.Builder, tools []string) {
-	for _, t := range tools {
-		fmt.Fprintf(sb, "\ntool %s\n", t)
-	}
 }
 
 // versionLDFlags stamps the version packages the way kubernetes'
@@ -370,121 +329,3 @@ func versionLDFlags() string {
 	}
 	return strings.Join(flags, " ")
 }
-
-func (b *builder) goBuild(ctx context.Context, src, name, pkg, ldflags, version, expect string) error {
-	start := time.Now()
-	fmt.Fprintf(b.cfg.Progress, "localkube: building %s %s (first build on 2 cores: %s; go build prints nothing, so a line each minute says it still runs)...\n", name, version, expect)
-	tmp := filepath.Join(b.binDir, name+".tmp")
-	args := []string{"build", "-trimpath", "-o", tmp}
-	if ldflags != "" {
-		args = append(args, "-ldflags", ldflags)
-	}
-	stopHeartbeat := b.heartbeat("building "+name+" "+version, start, heartbeatEvery)
-	_, err := b.goCmd(ctx, src, append(args, pkg)...)
-	stopHeartbeat()
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("localkube: build %s %s: %w", name, version, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(b.binDir, name)); err != nil {
-		return fmt.Errorf("localkube: install %s: %w", name, err)
-	}
-	fmt.Fprintf(b.cfg.Progress, "localkube: built %s %s in %s\n", name, version, since(start))
-	return nil
-}
-
-// heartbeatEvery is how often a silent build step says it is still running.
-const heartbeatEvery = time.Minute
-
-// heartbeat prints a line every interval until the returned function is
-// called, so that a build slowed down by a busy machine is not taken for a
-// hang. The returned function waits for the printing goroutine to end.
-func (b *builder) heartbeat(what string, start time.Time, every time.Duration) (stop func()) {
-	done, ended := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(ended)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				fmt.Fprintf(b.cfg.Progress, "localkube: still %s (%s so far)\n", what, since(start))
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-ended
-	}
-}
-
-// goCmd runs the go command in dir and returns its stdout. Its stderr goes
-// to the build log and, on failure, into the error.
-func (b *builder) goCmd(ctx context.Context, dir string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, b.goBin, args...)
-	cmd.Dir = dir
-	// -mod=mod: the throwaway modules have no vendor directory and tidy may
-	// need to update go.sum; GOWORK=off: a go.work above the cache must not
-	// pull these modules into a workspace.
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod -buildvcs=false", "GOWORK=off")
-	cmd.WaitDelay = 10 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = io.MultiWriter(&stderr, b.log)
-	fmt.Fprintf(b.log, "+ (cd %s && go %s)\n", dir, strings.Join(args, " "))
-	err := cmd.Run()
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, fmt.Errorf("go %s: %w", args[0], ctxErr)
-		}
-		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(stderr.String(), 30))
-	}
-	return stdout.Bytes(), nil
-}
-
-// writeStamp writes a stamp file atomically: it exists only with its full
-// content.
-func writeStamp(path, content string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("localkube: install: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("localkube: install: %w", err)
-	}
-	return nil
-}
-
-func writeFiles(root string, files map[string]string) error {
-	for name, content := range files {
-		p := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("localkube: install: %w", err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			return fmt.Errorf("localkube: install: %w", err)
-		}
-	}
-	return nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{"..."}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
-}
-
-// resolving prints that the go command is about to download and resolve what
-// (silent for as long as the module cache lacks it) and returns a function
-// that prints how long that took.
-func (b *builder) resolving(what string) (done func()) {
-	start := time.Now()
-	fmt.Fprintf(b.cfg.Progress, "localkube: resolving %s (go mod download and tidy print nothing; up to half a minute with an empty module cache)...\n", what)
-	return func() { fmt.Fprintf(b.cfg.Progress, "localkube: resolved %s in %s\n", what, since(start)) }
-}
-
-func since(t time.Time) time.Duration { return time.Since(t).Round(time.Second) }

@@ -3,7 +3,6 @@ package localkube
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestKubeGoMod(t *testing.T) {
@@ -105,40 +104,5 @@ func TestHelmLDFlags(t *testing.T) {
 		if _, err := helmLDFlags(bad); err == nil {
 			t.Errorf("helmLDFlags(%q): want an error", bad)
 		}
-	}
-}
-
-// lines is a progress writer that hands each write to the test, dropping writes nobody takes.
-type lines chan string
-
-func (l lines) Write(p []byte) (int, error) {
-	select {
-	case l <- string(p):
-	default:
-	}
-	return len(p), nil
-}
-
-func TestHeartbeat(t *testing.T) {
-	out := make(lines, 1)
-	b := &builder{cfg: Config{Progress: out}}
-	stop := b.heartbeat("building kube-apiserver "+KubernetesVersion, time.Now(), time.Millisecond)
-	select {
-	case line := <-out:
-		if want := "localkube: still building kube-apiserver " + KubernetesVersion + " ("; !strings.HasPrefix(line, want) {
-			t.Errorf("heartbeat line %q, want it to start with %q", line, want)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no heartbeat line within 10s")
-	}
-	stop() // returns once the printing goroutine has ended
-	select {
-	case <-out: // written before stop took effect
-	default:
-	}
-	select {
-	case line := <-out:
-		t.Errorf("heartbeat printed %q after stop", line)
-	default:
 	}
 }

@@ -3,13 +3,10 @@ package localkube
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/baton-dev/baton/internal/filelock"
+	"github.com/baton-dev/baton/internal/gobuild"
 )
 
 const (
@@ -21,44 +18,10 @@ const (
 	kubectlPackage = kubeModule + "/cmd/kubectl"
 	helmPackage    = helmModule + "/cmd/helm"
 
-	// toolRecipe changes whenever the way kubectl or helm is built changes.
+	// toolRecipe changes whenever the way kubectl, kube-scheduler, kubelet,
+	// kube-proxy or helm is built changes.
 	toolRecipe = "1"
 )
-
-// tool is one command built from a throwaway module into a cache directory:
-//
-//	dir/src/<name>/          the throwaway module
-//	dir/bin/<name>           the binary
-//	dir/.installed-<name>    stamp, written only after the binary is in place
-//	dir/build-<name>.log     the go commands and their output
-//	dir/.lock                serialises builds in dir between processes
-type tool struct {
-	name    string
-	version string
-	dir     string
-	// stamp is the content of the stamp file of a complete build.
-	stamp string
-	// expect says how long the first build takes, for the progress line.
-	expect string
-	// pkg is the main package to build, a dependency of the throwaway module.
-	pkg string
-	// goMod returns the go.mod of the throwaway module in src.
-	goMod func(ctx context.Context, b *builder, src string) (string, error)
-	// ldflags returns the -ldflags, once the module in src is tidy.
-	ldflags func(ctx context.Context, b *builder, src string) (string, error)
-}
-
-func (t tool) path() string      { return filepath.Join(t.dir, "bin", t.name) }
-func (t tool) stampPath() string { return filepath.Join(t.dir, stampFile+"-"+t.name) }
-
-func (t tool) installed() bool {
-	b, err := os.ReadFile(t.stampPath())
-	if err != nil || string(b) != t.stamp {
-		return false
-	}
-	fi, err := os.Stat(t.path())
-	return err == nil && fi.Mode().IsRegular()
-}
 
 // Kubectl returns the path of kubectl KubernetesVersion, building it on
 // first use from k8s.io/kubernetes/cmd/kubectl in a throwaway module made
@@ -73,7 +36,7 @@ func Kubectl(ctx context.Context, cfg Config) (path string, err error) {
 	if err != nil {
 		return "", err
 	}
-	return installTool(ctx, cfg, kubectlTool(cfg))
+	return installTool(ctx, cfg, kubeCmdTool(cfg, "kubectl", "under a minute after kube-apiserver, ~5 minutes without"))
 }
 
 // Helm returns the path of helm HelmVersion, building it from
@@ -91,35 +54,99 @@ func Helm(ctx context.Context, cfg Config) (path string, err error) {
 	return installTool(ctx, cfg, helmTool(cfg))
 }
 
-func kubectlTool(cfg Config) tool {
-	return tool{
-		name:    "kubectl",
-		version: KubernetesVersion,
-		dir:     cfg.versionDir(),
-		stamp:   fmt.Sprintf("kubectl=%s staging=%s recipe=%s\n", KubernetesVersion, StagingVersion, toolRecipe),
-		expect:  "under a minute after kube-apiserver, ~5 minutes without",
-		pkg:     kubectlPackage,
-		goMod: func(ctx context.Context, b *builder, src string) (string, error) {
-			upstream, err := b.upstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
+// Kubelet returns the path of kubelet KubernetesVersion, built like kubectl
+// (see Kubectl) from k8s.io/kubernetes/cmd/kubelet into the control plane's
+// bin directory, with its own stamp. It is built with cgo as the go command
+// defaults to (as Kubernetes releases build kubelet), which also lets it
+// reuse the control plane's packages from the Go build cache: about a
+// minute after kube-apiserver on two cores, five or so without (built with
+// CGO_ENABLED=0 it shares nothing with them and takes seven or more). kubelet
+// only runs as root on Linux; building it needs neither. Safe to call from
+// several processes at once.
+func Kubelet(ctx context.Context, cfg Config) (path string, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	return installTool(ctx, cfg, kubeCmdTool(cfg, "kubelet", "about a minute after kube-apiserver, ~5 minutes without"))
+}
+
+// KubeProxy returns the path of kube-proxy KubernetesVersion, built like
+// kubectl (see Kubectl) from k8s.io/kubernetes/cmd/kube-proxy into the
+// control plane's bin directory, with its own stamp: under half a minute
+// after kubelet. Safe to call from several processes at once.
+func KubeProxy(ctx context.Context, cfg Config) (path string, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	return installTool(ctx, cfg, kubeCmdTool(cfg, "kube-proxy", "under a minute after kubelet, ~5 minutes without"))
+}
+
+// KubeScheduler returns the path of kube-scheduler KubernetesVersion, built
+// like kubectl (see Kubectl) from k8s.io/kubernetes/cmd/kube-scheduler into
+// the control plane's bin directory, with its own stamp: under a minute
+// after kube-apiserver. envtest does not run it; a cluster with a kubelet
+// needs it to place pods. Safe to call from several processes at once.
+func KubeScheduler(ctx context.Context, cfg Config) (path string, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	return installTool(ctx, cfg, kubeCmdTool(cfg, "kube-scheduler", "under a minute after kube-apiserver, ~5 minutes without"))
+}
+
+// ToolInstalled returns the path of name (kubectl, kube-scheduler, kubelet,
+// kube-proxy or helm) and whether a complete build of it is in the cache.
+// It never builds.
+func ToolInstalled(cfg Config, name string) (path string, ok bool, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return "", false, err
+	}
+	var t gobuild.Tool
+	switch name {
+	case "kubectl", "kube-scheduler", "kubelet", "kube-proxy":
+		t = kubeCmdTool(cfg, name, "")
+	case "helm":
+		t = helmTool(cfg)
+	default:
+		return "", false, fmt.Errorf("localkube: no tool %q (want kubectl, kube-scheduler, kubelet, kube-proxy or helm)", name)
+	}
+	return t.Path(name), t.Installed(), nil
+}
+
+// kubeCmdTool builds k8s.io/kubernetes/cmd/<name> into the control plane's
+// bin directory. The stamp format is kubectl's since its first release;
+// changing it rebuilds every cached kubectl.
+func kubeCmdTool(cfg Config, name, expect string) gobuild.Tool {
+	pkg := kubeModule + "/cmd/" + name
+	return gobuild.Tool{
+		Name:     name,
+		Version:  KubernetesVersion,
+		Dir:      cfg.versionDir(),
+		Stamp:    fmt.Sprintf("%s=%s staging=%s recipe=%s\n", name, KubernetesVersion, StagingVersion, toolRecipe),
+		Commands: []gobuild.Command{{Name: name, Pkg: pkg, Expect: expect}},
+		GoMod: func(ctx context.Context, b *gobuild.Builder, src string) (string, error) {
+			upstream, err := b.UpstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
 			if err != nil {
 				return "", err
 			}
-			return kubeGoMod(upstream, kubectlPackage)
+			return kubeGoMod(upstream, pkg)
 		},
-		ldflags: func(context.Context, *builder, string) (string, error) { return versionLDFlags(), nil },
+		LDFlags: func(context.Context, *gobuild.Builder, string) (string, error) { return versionLDFlags(), nil },
 	}
 }
 
-func helmTool(cfg Config) tool {
-	return tool{
-		name:    "helm",
-		version: HelmVersion,
-		dir:     filepath.Join(cfg.CacheDir, "helm", HelmVersion),
-		stamp:   fmt.Sprintf("helm=%s recipe=%s\n", HelmVersion, toolRecipe),
-		expect:  "1-2 minutes",
-		pkg:     helmPackage,
-		goMod: func(ctx context.Context, b *builder, src string) (string, error) {
-			upstream, err := b.upstreamGoMod(ctx, src, helmModule, HelmVersion)
+func helmTool(cfg Config) gobuild.Tool {
+	return gobuild.Tool{
+		Name:     "helm",
+		Version:  HelmVersion,
+		Dir:      filepath.Join(cfg.CacheDir, "helm", HelmVersion),
+		Stamp:    fmt.Sprintf("helm=%s recipe=%s\n", HelmVersion, toolRecipe),
+		Commands: []gobuild.Command{{Name: "helm", Pkg: helmPackage, Expect: "1-2 minutes"}},
+		GoMod: func(ctx context.Context, b *gobuild.Builder, src string) (string, error) {
+			upstream, err := b.UpstreamGoMod(ctx, src, helmModule, HelmVersion)
 			if err != nil {
 				return "", err
 			}
@@ -127,8 +154,8 @@ func helmTool(cfg Config) tool {
 		},
 		// helm's Makefile derives the Kubernetes version that templates and
 		// lint assume without a cluster from the client-go it is built with.
-		ldflags: func(ctx context.Context, b *builder, src string) (string, error) {
-			out, err := b.goCmd(ctx, src, "list", "-m", "-f", "{{.Version}}", "k8s.io/client-go")
+		LDFlags: func(ctx context.Context, b *gobuild.Builder, src string) (string, error) {
+			out, err := b.Go(ctx, src, "list", "-m", "-f", "{{.Version}}", "k8s.io/client-go")
 			if err != nil {
 				return "", fmt.Errorf("localkube: client-go version of helm %s: %w", HelmVersion, err)
 			}
@@ -140,15 +167,8 @@ func helmTool(cfg Config) tool {
 // helmGoMod returns the go.mod of the throwaway module that builds helm: it
 // requires helm at HelmVersion, with the go version helm's own go.mod says.
 func helmGoMod(upstream []byte) string {
-	var sb strings.Builder
-	sb.WriteString("// Generated by baton's internal/localkube: builds helm from " + helmModule + " " + HelmVersion + ".\n\n")
-	sb.WriteString("module baton.local/localkube/helm\n\n")
-	if m := goDirectiveRE.FindSubmatch(upstream); m != nil {
-		fmt.Fprintf(&sb, "go %s\n\n", m[1])
-	}
-	fmt.Fprintf(&sb, "require %s %s\n", helmModule, HelmVersion)
-	writeTools(&sb, []string{helmPackage})
-	return sb.String()
+	return gobuild.RequireGoMod("// Generated by baton's internal/localkube: builds helm from "+helmModule+" "+HelmVersion+".",
+		"baton.local/localkube/helm", upstream, helmModule, HelmVersion, helmPackage)
 }
 
 // helmLDFlags stamps helm's version packages the way helm's Makefile does
@@ -171,77 +191,11 @@ func helmLDFlags(clientGo string) (string, error) {
 	return strings.Join(flags, " "), nil
 }
 
-// installTool builds t unless a complete build is in the cache, holding the
-// directory's file lock while it builds.
-func installTool(ctx context.Context, cfg Config, t tool) (string, error) {
-	if t.installed() {
-		fmt.Fprintf(cfg.Progress, "localkube: %s %s already built at %s (cache reused)\n", t.name, t.version, t.path())
-		return t.path(), nil
+// installTool builds t unless a complete build is in the cache and returns
+// the path of its one binary.
+func installTool(ctx context.Context, cfg Config, t gobuild.Tool) (string, error) {
+	if _, err := gobuild.Install(ctx, gobuild.Options{Prefix: prefix, Progress: cfg.Progress, GoBinary: cfg.GoBinary}, t); err != nil {
+		return "", err
 	}
-	goBin, err := exec.LookPath(cfg.GoBinary)
-	if err != nil {
-		return "", fmt.Errorf("localkube: go command (%s) not found; it is needed to build %s: %w", cfg.GoBinary, t.name, err)
-	}
-	binDir := filepath.Dir(t.path())
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		return "", fmt.Errorf("localkube: install %s: %w", t.name, err)
-	}
-	waitStart := time.Now()
-	unlock, err := filelock.Lock(ctx, filepath.Join(t.dir, ".lock"), func() {
-		fmt.Fprintf(cfg.Progress, "localkube: another process is building in %s; waiting for it...\n", t.dir)
-	})
-	if err != nil {
-		return "", fmt.Errorf("localkube: install %s: %w", t.name, err)
-	}
-	defer unlock()
-	if t.installed() { // another process finished while we waited
-		fmt.Fprintf(cfg.Progress, "localkube: %s %s built by another process at %s (waited %s)\n", t.name, t.version, t.path(), since(waitStart))
-		return t.path(), nil
-	}
-
-	_ = os.Remove(t.stampPath())
-	src := filepath.Join(t.dir, "src", t.name)
-	if err := os.RemoveAll(src); err != nil {
-		return "", fmt.Errorf("localkube: install %s: %w", t.name, err)
-	}
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", fmt.Errorf("localkube: install %s: %w", t.name, err)
-	}
-	logPath := filepath.Join(t.dir, "build-"+t.name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return "", fmt.Errorf("localkube: install %s: %w", t.name, err)
-	}
-	defer logFile.Close()
-	b := &builder{cfg: cfg, goBin: goBin, dir: t.dir, binDir: binDir, log: logFile}
-
-	start := time.Now()
-	if err := t.build(ctx, b, src); err != nil {
-		return "", fmt.Errorf("%w (build log %s)", err, logPath)
-	}
-	fmt.Fprintf(cfg.Progress, "localkube: %s %s ready at %s after %s\n", t.name, t.version, t.path(), since(start))
-	return t.path(), nil
-}
-
-func (t tool) build(ctx context.Context, b *builder, src string) error {
-	resolving := b.resolving(t.name + " " + t.version + "'s modules")
-	goMod, err := t.goMod(ctx, b, src)
-	if err != nil {
-		return err
-	}
-	if err := writeFiles(src, map[string]string{"go.mod": goMod}); err != nil {
-		return err
-	}
-	if _, err := b.goCmd(ctx, src, "mod", "tidy"); err != nil {
-		return fmt.Errorf("localkube: go mod tidy of the %s build module: %w", t.name, err)
-	}
-	resolving()
-	ldflags, err := t.ldflags(ctx, b, src)
-	if err != nil {
-		return err
-	}
-	if err := b.goBuild(ctx, src, t.name, t.pkg, ldflags, t.version, t.expect); err != nil {
-		return err
-	}
-	return writeStamp(t.stampPath(), t.stamp)
+	return t.Path(t.Name), nil
 }

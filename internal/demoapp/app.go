@@ -1,0 +1,219 @@
+package demoapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/baton-dev/baton/internal/fencedstore"
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+// Status is the app's answer to GET /.
+type Status struct {
+	Pod    string              `json:"pod"`
+	LockID string              `json:"lockId,omitempty"`
+	State  sidecarclient.State `json:"state,omitempty"`
+	// Token is the fencing token the pod holds; 0 unless State is held.
+	Token  int64  `json:"token,omitempty"`
+	Holder string `json:"holder,omitempty"`
+	Writes Writes `json:"writes"`
+	// Error says why the sidecar could not be asked.
+	Error string `json:"error,omitempty"`
+}
+
+// Writes counts the app's writes to the fenced resource.
+type Writes struct {
+	Accepted int64 `json:"accepted"`
+	Rejected int64 `json:"rejected"` // the store had seen a higher token
+	Failed   int64 `json:"failed"`   // no answer from the sidecar or the store
+	// LastToken is the token of the last write sent.
+	LastToken int64 `json:"lastToken,omitempty"`
+}
+
+// Outcome is what one WriteOnce did.
+type Outcome string
+
+// The outcomes of WriteOnce.
+const (
+	Accepted Outcome = "accepted"
+	Rejected Outcome = "rejected"
+	Failed   Outcome = "failed"
+	NotHeld  Outcome = "not-held" // the pod does not hold the lock: nothing written
+	Disabled Outcome = "disabled" // no FencedURL: nothing written
+)
+
+// App is the demo app. It is safe for concurrent use.
+type App struct {
+	cfg     Config
+	sidecar *sidecarclient.Client
+	store   *fencedstore.Client
+	log     logr.Logger
+	clock   clock.WithTicker
+
+	mu      sync.Mutex
+	writes  Writes
+	lastErr string
+}
+
+// Option sets an optional knob of New.
+type Option func(*App)
+
+// WithClock sets the clock of the write loop (default: the real clock).
+func WithClock(c clock.WithTicker) Option { return func(a *App) { a.clock = c } }
+
+// WithHTTPClient sets the HTTP client for the fenced store (default: one with a 5s timeout).
+func WithHTTPClient(hc *http.Client) Option {
+	return func(a *App) { a.store = fencedstore.NewClient(a.cfg.FencedURL, hc) }
+}
+
+// New returns the app for cfg (defaults filled in, then validated), asking the sidecar through
+// sidecar.
+func New(cfg Config, sidecar *sidecarclient.Client, log logr.Logger, opts ...Option) (*App, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, sidecar: sidecar, log: log, clock: clock.RealClock{},
+		store: fencedstore.NewClient(cfg.FencedURL, &http.Client{Timeout: 5 * time.Second})}
+	for _, o := range opts {
+		o(a)
+	}
+	return a, nil
+}
+
+// Handler serves GET / (Status as JSON; 503 when the sidecar does not answer) and GET /healthz.
+func (a *App) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		st := a.Status(r.Context())
+		code := http.StatusOK
+		if st.Error != "" {
+			code = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(st)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	return mux
+}
+
+// Status asks the sidecar for the lock's state now.
+func (a *App) Status(ctx context.Context) Status {
+	st := Status{Pod: a.cfg.PodName, Writes: a.Writes()}
+	ls, err := a.lock(ctx)
+	if err != nil {
+		st.Error = err.Error()
+		return st
+	}
+	st.LockID, st.State, st.Holder = ls.LockID, ls.State, ls.Holder
+	if ls.State == sidecarclient.StateHeld {
+		st.Token = ls.Token
+	}
+	return st
+}
+
+// Writes returns the write counts so far.
+func (a *App) Writes() Writes {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.writes
+}
+
+// Run writes once every WriteInterval until ctx is done, then returns nil. Without a FencedURL it
+// just waits for ctx.
+func (a *App) Run(ctx context.Context) error {
+	if a.cfg.FencedURL == "" {
+		<-ctx.Done()
+		return nil
+	}
+	tick := a.clock.NewTicker(a.cfg.WriteInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C():
+			_, _ = a.WriteOnce(ctx) // WriteOnce logs what went wrong
+		}
+	}
+}
+
+// WriteOnce asks the sidecar for the lock and, if the pod holds it, writes to the fenced resource
+// with its token. The error says why the outcome is Failed or Rejected.
+func (a *App) WriteOnce(ctx context.Context) (Outcome, error) {
+	if a.cfg.FencedURL == "" {
+		return Disabled, nil
+	}
+	ls, err := a.lock(ctx)
+	if err != nil {
+		return a.count(Failed, sidecarclient.LockStatus{}, err), err
+	}
+	if ls.State != sidecarclient.StateHeld {
+		return NotHeld, nil
+	}
+	seq := a.Writes().Accepted + 1
+	_, err = a.store.Write(ctx, fencedstore.Write{
+		Token: ls.Token, Writer: a.cfg.PodName, Data: fmt.Sprintf("%s write %d", a.cfg.PodName, seq),
+	})
+	switch {
+	case errors.Is(err, fencedstore.ErrRejected):
+		return a.count(Rejected, ls, err), err
+	case err != nil:
+		return a.count(Failed, ls, err), err
+	}
+	return a.count(Accepted, ls, nil), nil
+}
+
+// count records an outcome and logs what is new: a new token, a rejection, an error that differs
+// from the last one.
+func (a *App) count(o Outcome, ls sidecarclient.LockStatus, err error) Outcome {
+	token := ls.Token
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch o {
+	case Accepted:
+		if token != a.writes.LastToken {
+			a.log.Info("writing with a new fencing token", "token", token, "lockId", ls.LockID)
+		}
+		a.writes.Accepted++
+		a.lastErr = ""
+	case Rejected:
+		a.writes.Rejected++
+		a.log.Info("write rejected by the fenced store", "token", token, "lockId", ls.LockID, "reason", err.Error())
+	case Failed:
+		a.writes.Failed++
+		if err.Error() != a.lastErr {
+			a.log.Error(err, "write failed")
+		}
+		a.lastErr = err.Error()
+	}
+	if token != 0 {
+		a.writes.LastToken = token
+	}
+	return o
+}
+
+// lock returns the status of the configured lock, or of the first declared one.
+func (a *App) lock(ctx context.Context) (sidecarclient.LockStatus, error) {
+	if a.cfg.LockID != "" {
+		return a.sidecar.Lock(ctx, a.cfg.LockID)
+	}
+	locks, err := a.sidecar.Locks(ctx)
+	if err != nil {
+		return sidecarclient.LockStatus{}, err
+	}
+	if len(locks) == 0 {
+		return sidecarclient.LockStatus{}, errors.New("demoapp: the sidecar declares no lock: annotate the pod with baton.dev/lock")
+	}
+	return locks[0], nil
+}

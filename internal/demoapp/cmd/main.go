@@ -1,0 +1,114 @@
+// Command demoapp is the app of baton's demos (see package demoapp), the entrypoint of the image
+// baton.local/demoapp:
+//
+//	demoapp                 the app: GET / answers the pod name and fencing token; writes to
+//	                        FENCED_URL while it holds the lock
+//	demoapp serve-fenced    the fenced store (package fencedstore)
+//
+// Both serve HTTP on LISTEN_ADDR (default :8080), log JSON lines to stderr and stop at SIGTERM.
+// The app reads POD_NAME, BATON_SOCKET, LOCK_ID, FENCED_URL and WRITE_INTERVAL.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/baton-dev/baton/internal/demoapp"
+	"github.com/baton-dev/baton/internal/fencedstore"
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+const usage = `usage: demoapp [serve-fenced]
+  demoapp               serve the demo app (env POD_NAME, BATON_SOCKET, LOCK_ID, FENCED_URL, WRITE_INTERVAL, LISTEN_ADDR)
+  demoapp serve-fenced  serve the fenced store (env LISTEN_ADDR)
+`
+
+func main() {
+	mode := ""
+	if len(os.Args) > 1 {
+		mode = os.Args[1]
+	}
+	if len(os.Args) > 2 || (mode != "" && mode != "serve-fenced") {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	log := funcr.NewJSON(func(obj string) { fmt.Fprintln(os.Stderr, obj) }, funcr.Options{LogTimestamp: true})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var err error
+	if mode == "serve-fenced" {
+		err = serveFenced(ctx, log.WithName("fenced"))
+	} else {
+		err = serveApp(ctx, log.WithName("demoapp"))
+	}
+	if err != nil {
+		log.Error(err, "demoapp failed")
+		stop()
+		os.Exit(1)
+	}
+}
+
+func serveApp(ctx context.Context, log logr.Logger) error {
+	cfg, err := demoapp.ConfigFromEnv(os.Getenv, os.Hostname)
+	if err != nil {
+		return err
+	}
+	app, err := demoapp.New(cfg, sidecarclient.New(cfg.Socket), log)
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "pod", cfg.PodName, "listen", cfg.ListenAddr, "socket", cfg.Socket, "lockId", cfg.LockID, "fencedURL", cfg.FencedURL)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- app.Run(ctx) }()
+	err = serve(ctx, cfg.ListenAddr, app.Handler(), log)
+	cancel() // the server stopped: so does the write loop
+	return errors.Join(err, <-runDone)
+}
+
+func serveFenced(ctx context.Context, log logr.Logger) error {
+	addr := os.Getenv(demoapp.EnvListenAddr)
+	if addr == "" {
+		addr = demoapp.DefaultListenAddr
+	}
+	store, err := fencedstore.New()
+	if err != nil {
+		return err
+	}
+	return serve(ctx, addr, store, log)
+}
+
+// serve serves h on addr until ctx is done, then shuts down within 5s.
+func serve(ctx context.Context, addr string, h http.Handler, log logr.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (%s): %w", addr, demoapp.EnvListenAddr, err)
+	}
+	log.Info("serving", "addr", ln.Addr().String())
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = srv.Shutdown(shutdownCtx)
+	if serveErr := <-done; !errors.Is(serveErr, http.ErrServerClosed) {
+		err = errors.Join(err, serveErr)
+	}
+	return err
+}

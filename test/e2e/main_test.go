@@ -1,0 +1,137 @@
+// Package e2e runs baton the way users run it, on a real node: its images imported into
+// containerd, the chart installed with helm, the operator and the webhook as pods behind a
+// Service, injected pods started by the kubelet with runc, Service traffic through kube-proxy,
+// and the lock in a real Cassandra that the pods reach over the pod network.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/imagebuild"
+	"github.com/baton-dev/baton/internal/localcassandra"
+	"github.com/baton-dev/baton/internal/localnode"
+	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+var (
+	node = testenv.NewNode()
+	// cassandra listens on the node's address on the pod bridge, where pods reach it. It starts
+	// after the node, which creates that address.
+	cassandra = testenv.NewCassandra(localcassandra.Config{
+		Name: "e2e-single", Nodes: 1, IPs: []string{localnode.HostIP}, NativePort: 10242, StoragePort: 8250,
+	})
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard()) // the clients' package-level logger; the tests log what matters
+	code := m.Run()
+	cassandra.Stop()
+	node.Stop()
+	os.Exit(code)
+}
+
+// cluster is the node with baton installed.
+type cluster struct {
+	node    *localnode.Node
+	kube    kubernetes.Interface
+	client  client.Client
+	kubectl string
+}
+
+var (
+	installOnce sync.Once
+	installErr  error
+)
+
+// batonCluster returns the node with Cassandra running and baton's chart installed by helm (once
+// per test binary): the operator from the imported image as one replica, its default lock store
+// the e2e Cassandra.
+func batonCluster(t *testing.T) cluster {
+	t.Helper()
+	n := node.Get(t)
+	hosts := cassandra.Cluster(t).Hosts()
+	helm := testenv.Helm(t)
+	c := clients(t, n)
+	installOnce.Do(func() {
+		repo, tag, _ := strings.Cut(imagebuild.BatonTag, ":")
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, helm, "install", "baton", "../../charts/baton",
+			"--kubeconfig", n.Kubeconfig, "--namespace", "baton-system", "--create-namespace",
+			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
+			"--set", "sidecar.image.pullPolicy=Never", "--set", "replicas=1",
+			"--set", "cassandra.hosts={"+strings.Join(hosts, ",")+"}",
+			"--wait", "--timeout", "3m")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			installErr = fmt.Errorf("helm install: %w\n%s\noperator log: %s", err, out, operatorLogs(n, c.kubectl))
+			return
+		}
+		t.Logf("helm install of charts/baton: operator Ready after %s", time.Since(start).Round(100*time.Millisecond))
+	})
+	if installErr != nil {
+		t.Fatal(installErr)
+	}
+	return c
+}
+
+func clients(t *testing.T, n *localnode.Node) cluster {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(n.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, batonv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(n.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster{node: n, kube: kube, client: c, kubectl: testenv.Kubectl(t)}
+}
+
+// operatorLogs returns the operator's log, for a failure message.
+func operatorLogs(n *localnode.Node, kubectl string) string {
+	out, _ := exec.Command(kubectl, "--kubeconfig", n.Kubeconfig, "logs", "-n", "baton-system",
+		"deploy/baton-operator", "--tail", "40").CombinedOutput()
+	return string(out)
+}
+
+// sidecarClient returns a client for a sidecar's socket on the host. The kubelet's path of an
+// emptyDir is longer than a unix socket address may be (108 bytes), so the client dials it
+// through a short symbolic link to its directory.
+func sidecarClient(t *testing.T, socket string) *sidecarclient.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	link := filepath.Join(dir, "s")
+	if err := os.Symlink(filepath.Dir(socket), link); err != nil {
+		t.Fatal(err)
+	}
+	return sidecarclient.New(filepath.Join(link, filepath.Base(socket)))
+}

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/baton-dev/baton/internal/demoapp"
+	"github.com/baton-dev/baton/internal/imagebuild"
+	"github.com/baton-dev/baton/internal/localnode"
+	"github.com/baton-dev/baton/internal/testenv"
+)
+
+// TestServiceReachesEveryPod: a Deployment of the demo app (imported image, pulled never; no
+// sidecar, so it answers 503 with its pod name) is scheduled, started by the kubelet through containerd and runc, gets addresses on the
+// pod bridge, and its Service's cluster IP, programmed by kube-proxy, answers from every replica.
+func TestServiceReachesEveryPod(t *testing.T) {
+	n := node.Get(t)
+	client, err := kubernetes.NewForConfig(n.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const replicas = 2
+	labels := map[string]string{"app": "demo"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr(int32(replicas)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "demo", Image: imagebuild.DemoAppTag, ImagePullPolicy: corev1.PullNever,
+					Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+					ReadinessProbe: &corev1.Probe{
+						ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
+						PeriodSeconds: 1,
+					},
+				}}},
+			},
+		},
+	}
+	if _, err := client.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "default"},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(svc.Spec.ClusterIP, "198.19.") {
+		t.Errorf("cluster IP %s, want one in %s", svc.Spec.ClusterIP, localnode.ServiceSubnet)
+	}
+
+	var pods *corev1.PodList
+	took := testenv.WaitFor(t, fmt.Sprintf("%d pods Ready", replicas), time.Minute, func() bool {
+		pods, err = client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=demo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if podReady(p) {
+				ready++
+			}
+		}
+		return ready == replicas && len(pods.Items) == replicas
+	})
+	t.Logf("%d pods Ready %s after the Deployment was created", replicas, took.Round(time.Millisecond))
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != localnode.NodeName || !strings.HasPrefix(p.Status.PodIP, "198.18.1.") {
+			t.Errorf("pod %s on node %q at %s, want %s and an address from %s-%s", p.Name, p.Spec.NodeName, p.Status.PodIP,
+				localnode.NodeName, localnode.PodRangeStart, localnode.PodRangeEnd)
+		}
+	}
+
+	// Through the Service, every replica answers sooner or later; each answer names its pod.
+	seen := map[string]bool{}
+	url := "http://" + svc.Spec.ClusterIP + "/"
+	var lastErr string
+	took = testenv.WaitFor(t, "answers from every pod through the Service", time.Minute, func() bool {
+		st, err := get(ctx, url)
+		if err != nil {
+			if err.Error() != lastErr { // refused until kube-proxy has the endpoints
+				t.Logf("GET %s: %v", url, err)
+				lastErr = err.Error()
+			}
+			return false
+		}
+		seen[st.Pod] = true
+		return len(seen) == replicas
+	})
+	t.Logf("answers from every pod through the Service %s after they were Ready", took.Round(time.Millisecond))
+	for _, p := range pods.Items {
+		if !seen[p.Name] {
+			t.Errorf("no answer from %s; answers from %v", p.Name, seen)
+		}
+	}
+}
+
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// get asks the demo app at url for its status. Without a sidecar it answers 503 with its pod name
+// and the reason.
+func get(ctx context.Context, url string) (demoapp.Status, error) {
+	var st demoapp.Status
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return st, err
+	}
+	tr := &http.Transport{DisableKeepAlives: true} // a new connection each time: kube-proxy picks a pod per connection
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 2 * time.Second}).Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(body, &st); err != nil || st.Pod == "" {
+		return st, fmt.Errorf("%s: %s %q: not the demo app's status", url, resp.Status, body)
+	}
+	return st, nil
+}
+
+func ptr[T any](v T) *T { return &v }

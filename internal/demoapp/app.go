@@ -1,6 +1,7 @@
 package demoapp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -216,4 +217,31 @@ func (a *App) lock(ctx context.Context) (sidecarclient.LockStatus, error) {
 		return sidecarclient.LockStatus{}, errors.New("demoapp: the sidecar declares no lock: annotate the pod with baton.dev/lock")
 	}
 	return locks[0], nil
+}
+
+// RunJob is the app as the work of a Job: it writes writes times, WriteInterval apart, and
+// returns nil only if the fenced store accepted every write. In mode Blocking the pod's app starts
+// only once the sidecar holds the lock, so a write that finds the lock not held, or that the store
+// rejects, means the singleton broke and fails the Job.
+func (a *App) RunJob(ctx context.Context, writes int) error {
+	if a.cfg.FencedURL == "" {
+		return fmt.Errorf("%w: a job needs %s", ErrInvalidConfig, EnvFencedURL)
+	}
+	if writes < 1 {
+		return fmt.Errorf("%w: a job makes at least one write, not %d", ErrInvalidConfig, writes)
+	}
+	for i := range writes {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-a.clock.After(a.cfg.WriteInterval):
+			}
+		}
+		outcome, err := a.WriteOnce(ctx)
+		if outcome != Accepted {
+			return fmt.Errorf("demoapp: write %d of %d: %s: %w", i+1, writes, outcome, cmp.Or(err, errors.New("the lock is not held")))
+		}
+	}
+	return nil
 }

@@ -212,3 +212,40 @@ func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestRunJob(t *testing.T) {
+	cfg := Config{PodName: "job-0", FencedURL: "set", WriteInterval: 10 * time.Millisecond, ListenAddr: DefaultListenAddr}
+	t.Run("every write accepted", func(t *testing.T) {
+		f := newFixture(t, cfg)
+		f.sidecar.set(held)
+		if err := f.app.RunJob(t.Context(), 3); err != nil {
+			t.Fatal(err)
+		}
+		if w := f.app.Writes(); w.Accepted != 3 || w.Rejected != 0 {
+			t.Errorf("writes %+v, want 3 accepted", w)
+		}
+	})
+	t.Run("not held", func(t *testing.T) {
+		f := newFixture(t, cfg)
+		f.sidecar.set(waiting)
+		if err := f.app.RunJob(t.Context(), 3); err == nil || !strings.Contains(err.Error(), "write 1 of 3") {
+			t.Errorf("RunJob without the lock: %v, want an error at write 1", err)
+		}
+	})
+	t.Run("stale token", func(t *testing.T) {
+		f := newFixture(t, cfg)
+		f.sidecar.set(held)
+		if _, err := fencedstore.NewClient(f.url, http.DefaultClient).Write(t.Context(), fencedstore.Write{Token: held.Token + 1, Writer: "next"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.app.RunJob(t.Context(), 2); !errors.Is(err, fencedstore.ErrRejected) {
+			t.Errorf("RunJob with a superseded token: %v, want ErrRejected", err)
+		}
+	})
+	t.Run("bad input", func(t *testing.T) {
+		f := newFixture(t, cfg)
+		if err := f.app.RunJob(t.Context(), 0); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("RunJob(0): %v, want ErrInvalidConfig", err)
+		}
+	})
+}

@@ -17,12 +17,14 @@ const (
 	EnvFencedURL     = "FENCED_URL"     // default: no writes
 	EnvWriteInterval = "WRITE_INTERVAL" // default: DefaultWriteInterval
 	EnvListenAddr    = "LISTEN_ADDR"    // default: DefaultListenAddr
+	EnvJobWrites     = "JOB_WRITES"     // demoapp job: how many writes (default: DefaultJobWrites)
 )
 
 // Defaults of Config.
 const (
 	DefaultWriteInterval = time.Second
 	DefaultListenAddr    = ":8080"
+	DefaultJobWrites     = 5
 )
 
 // ErrInvalidConfig wraps every problem Config.Validate finds.

@@ -79,6 +79,7 @@ func batonCluster(t *testing.T) cluster {
 			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 			"--set", "sidecar.image.pullPolicy=Never", "--set", "replicas=1",
 			"--set", "cassandra.hosts={"+strings.Join(hosts, ",")+"}",
+			"--set", "globalNamespaces={"+strings.Join(cronNamespaces, ",")+"}",
 			"--wait", "--timeout", "3m")
 		out, err := cmd.CombinedOutput()
 		if err != nil {

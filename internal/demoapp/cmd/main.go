@@ -4,6 +4,8 @@
 //	demoapp                 the app: GET / answers the pod name and fencing token; writes to
 //	                        FENCED_URL while it holds the lock
 //	demoapp serve-fenced    the fenced store (package fencedstore)
+//	demoapp job             a Job's work: JOB_WRITES writes to FENCED_URL, WRITE_INTERVAL apart,
+//	                        then exit 0 if the store accepted every one, 1 otherwise
 //
 // Both serve HTTP on LISTEN_ADDR (default :8080), log JSON lines to stderr and stop at SIGTERM.
 // The app reads POD_NAME, BATON_SOCKET, LOCK_ID, FENCED_URL and WRITE_INTERVAL.
@@ -17,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -28,9 +31,10 @@ import (
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
-const usage = `usage: demoapp [serve-fenced]
+const usage = `usage: demoapp [serve-fenced | job]
   demoapp               serve the demo app (env POD_NAME, BATON_SOCKET, LOCK_ID, FENCED_URL, WRITE_INTERVAL, LISTEN_ADDR)
   demoapp serve-fenced  serve the fenced store (env LISTEN_ADDR)
+  demoapp job           write JOB_WRITES times to FENCED_URL and exit (env as the app, JOB_WRITES)
 `
 
 func main() {
@@ -38,7 +42,7 @@ func main() {
 	if len(os.Args) > 1 {
 		mode = os.Args[1]
 	}
-	if len(os.Args) > 2 || (mode != "" && mode != "serve-fenced") {
+	if len(os.Args) > 2 || (mode != "" && mode != "serve-fenced" && mode != "job") {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
@@ -46,9 +50,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	var err error
-	if mode == "serve-fenced" {
+	switch mode {
+	case "serve-fenced":
 		err = serveFenced(ctx, log.WithName("fenced"))
-	} else {
+	case "job":
+		err = runJob(ctx, log.WithName("demoapp"))
+	default:
 		err = serveApp(ctx, log.WithName("demoapp"))
 	}
 	if err != nil {
@@ -75,6 +82,29 @@ func serveApp(ctx context.Context, log logr.Logger) error {
 	err = serve(ctx, cfg.ListenAddr, app.Handler(), log)
 	cancel() // the server stopped: so does the write loop
 	return errors.Join(err, <-runDone)
+}
+
+func runJob(ctx context.Context, log logr.Logger) error {
+	cfg, err := demoapp.ConfigFromEnv(os.Getenv, os.Hostname)
+	if err != nil {
+		return err
+	}
+	writes := demoapp.DefaultJobWrites
+	if s := os.Getenv(demoapp.EnvJobWrites); s != "" {
+		if writes, err = strconv.Atoi(s); err != nil || writes < 1 {
+			return fmt.Errorf("%w: %s=%q: want a positive number of writes", demoapp.ErrInvalidConfig, demoapp.EnvJobWrites, s)
+		}
+	}
+	app, err := demoapp.New(cfg, sidecarclient.New(cfg.Socket), log)
+	if err != nil {
+		return err
+	}
+	log.Info("job starting", "pod", cfg.PodName, "writes", writes, "fencedURL", cfg.FencedURL)
+	if err := app.RunJob(ctx, writes); err != nil {
+		return err
+	}
+	log.Info("job done", "writes", app.Writes())
+	return nil
 }
 
 func serveFenced(ctx context.Context, log logr.Logger) error {

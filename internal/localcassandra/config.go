@@ -152,13 +152,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.RunDir = filepath.Join(os.TempDir(), "baton-cassandra-"+cfg.Name)
 	}
 	if cfg.CacheDir == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return cfg, fmt.Errorf("localcassandra: no cache dir: %w", err)
-			}
-			base = filepath.Join(home, ".cache")
+		base, err := os.UserCacheDir() // ${XDG_CACHE_HOME:-$HOME/.cache}
+		if err != nil {
+			return cfg, fmt.Errorf("localcassandra: no cache dir: %w", err)
 		}
 		cfg.CacheDir = filepath.Join(base, "baton", "cassandra")
 	}

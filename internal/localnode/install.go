@@ -67,13 +67,9 @@ type Config struct {
 
 func (cfg Config) withDefaults() (Config, error) {
 	if cfg.CacheDir == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return cfg, fmt.Errorf("localnode: no cache dir: %w", err)
-			}
-			base = filepath.Join(home, ".cache")
+		base, err := os.UserCacheDir() // ${XDG_CACHE_HOME:-$HOME/.cache}
+		if err != nil {
+			return cfg, fmt.Errorf("localnode: no cache dir: %w", err)
 		}
 		cfg.CacheDir = filepath.Join(base, "baton", "node")
 	}

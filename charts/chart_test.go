@@ -436,11 +436,13 @@ func TestDefaultRender(t *testing.T) {
 				certs = &pod.Volumes[i]
 			}
 		}
-		if certs == nil || certs.Secret == nil || certs.Secret.SecretName != "baton-webhook-tls" || certs.Secret.Optional == nil || !*certs.Secret.Optional {
-			t.Errorf("webhook-certs volume = %s, want the optional Secret baton-webhook-tls", toYAML(certs))
+		// The operator writes its certificate files itself (internal/certfiles): a writable
+		// directory of its own, not the Secret volume the kubelet refreshes only at its next sync.
+		if certs == nil || certs.EmptyDir == nil || certs.EmptyDir.Medium != corev1.StorageMediumMemory {
+			t.Errorf("webhook-certs volume = %s, want an emptyDir in memory", toYAML(certs))
 		}
 		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-			return m.Name == "webhook-certs" && m.MountPath == "/var/run/baton/webhook-certs" && m.ReadOnly
+			return m.Name == "webhook-certs" && m.MountPath == "/var/run/baton/webhook-certs" && !m.ReadOnly
 		}) {
 			t.Errorf("volumeMounts = %+v", c.VolumeMounts)
 		}
@@ -477,6 +479,18 @@ func TestCertManagerRender(t *testing.T) {
 	operatorAccepts(t, d)
 	if got, _ := arg(d, "webhook-certs"); got != "external" {
 		t.Errorf("--webhook-certs=%q, want external", got)
+	}
+	// cert-manager's Secret, mounted read-only: the operator only reads it.
+	pod := d.Spec.Template.Spec
+	if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "webhook-certs" && v.Secret != nil && v.Secret.SecretName == "baton-webhook-tls" && v.Secret.Optional != nil && *v.Secret.Optional
+	}) {
+		t.Errorf("volumes = %s, want webhook-certs from the optional Secret baton-webhook-tls", toYAML(pod.Volumes))
+	}
+	if !slices.ContainsFunc(pod.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "webhook-certs" && m.MountPath == "/var/run/baton/webhook-certs" && m.ReadOnly
+	}) {
+		t.Errorf("volumeMounts = %+v", pod.Containers[0].VolumeMounts)
 	}
 
 	cert := get[map[string]any](t, objs, "Certificate", "baton-webhook")

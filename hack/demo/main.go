@@ -1,15 +1,20 @@
-// Command demo shows baton end to end on one machine: a local Cassandra, a local Kubernetes control
-// plane (kube-apiserver and etcd built from Go modules), the operator running as the Helm chart runs
-// it, and pods whose sidecars the operator's webhook injected, run by a node agent in place of the
-// kubelet. It prints a timeline while the lock changes hands three ways:
+// Command demo shows baton end to end on one machine. On a machine that can run one (root, runc,
+// bridge netfilter, overlayfs), it starts a real node: a local control plane, the kubelet with
+// containerd and runc, kube-proxy, a local Cassandra on the pod network, and baton's chart
+// installed with helm. A Deployment of the demo app shares one lock with the ReadinessGate policy,
+// and a client calls its Service, printing which pod answered, while the lock changes hands three
+// ways:
 //
 //  1. the holder pod is deleted: its sidecar releases the lock at SIGTERM (graceful handoff);
 //
-//  2. the next holder's sidecar is killed with SIGKILL and never comes back: its lease runs out;
+//  2. the holder's sidecar container is killed with SIGKILL: the kubelet restarts it;
 //
-//  3. the third holder is revoked with the baton.dev/revoke annotation.
+//  3. the holder is revoked with the baton.dev/revoke annotation.
 //
-//     go run ./hack/demo [-pods 4] [-lease 5s] [-keep]
+// Elsewhere (or with -node-agent) it says why and runs the same story with a node agent in place
+// of the kubelet: the sidecars run as processes, and pod readiness is computed by the agent.
+//
+//	go run ./hack/demo [-pods N] [-lease 5s] [-keep] [-node-agent]
 //
 // With -keep it stays up after the script and prints a KUBECONFIG for kubectl until Ctrl-C.
 package main
@@ -49,19 +54,21 @@ const (
 )
 
 type options struct {
-	pods  int
-	lease time.Duration
-	keep  bool
+	pods      int
+	lease     time.Duration
+	keep      bool
+	nodeAgent bool
 }
 
 func main() {
 	var o options
-	flag.IntVar(&o.pods, "pods", 4, "pods sharing the lock (3-10)")
+	flag.IntVar(&o.pods, "pods", 0, "pods sharing the lock, 3-10 (default 3 on the real node, 4 with the node agent)")
 	flag.DurationVar(&o.lease, "lease", 5*time.Second, "lease duration (1s-1m)")
 	flag.BoolVar(&o.keep, "keep", false, "keep everything running after the script, until Ctrl-C")
+	flag.BoolVar(&o.nodeAgent, "node-agent", false, "run the pods' sidecars with the node agent instead of a real node")
 	flag.Parse()
-	if o.pods < 3 || o.pods > 10 || o.lease < time.Second || o.lease > time.Minute {
-		fmt.Fprintln(os.Stderr, "demo: -pods must be 3 to 10 and -lease 1s to 1m")
+	if (o.pods != 0 && (o.pods < 3 || o.pods > 10)) || o.lease < time.Second || o.lease > time.Minute || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "demo: -pods must be 3 to 10 and -lease 1s to 1m; no arguments")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -72,7 +79,28 @@ func main() {
 	}
 }
 
+// run runs the demo on the real node, or with the node agent when asked to or when this machine
+// cannot run a node.
 func run(ctx context.Context, o options, out io.Writer) error {
+	if !o.nodeAgent {
+		node := o
+		if node.pods == 0 {
+			node.pods = 3
+		}
+		err := runNode(ctx, node, out)
+		if !errors.Is(err, errNoNode) {
+			return err
+		}
+		fmt.Fprintf(out, "\n%v\nrunning the demo with the node agent instead (sidecars as processes, no kubelet)\n\n", err)
+	}
+	if o.pods == 0 {
+		o.pods = 4
+	}
+	return runAgent(ctx, o, out)
+}
+
+// runAgent is the demo with the node agent in place of the kubelet.
+func runAgent(ctx context.Context, o options, out io.Writer) error {
 	logPath := filepath.Join(os.TempDir(), "baton-demo.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

@@ -154,8 +154,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cl.cancel = cancel
-	// The kubelet's parts: the webhook Secret volume and the injected pods' sidecars.
-	go nodeagent.MirrorSecret(runCtx, kc, Namespace, webhookSecret, certDir)
+	// The kubelet's part: the injected pods' sidecars. (The operator writes its webhook
+	// certificate files itself: see internal/certfiles.)
 	cl.Agent, err = nodeagent.New(nodeagent.Config{Client: kc, Server: o.Server, SidecarBinary: sidecarBinary,
 		Dir: filepath.Join(dir, "pods"), Output: o.SidecarOutput, Log: o.Log.WithName("nodeagent")})
 	if err != nil {

@@ -1,15 +1,9 @@
 package nodeagent
 
 import (
-	"context"
-	"os"
-	"path/filepath"
-	"time"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/baton-dev/baton/internal/inject"
 )
@@ -108,28 +102,3 @@ func statusEqual(a, b corev1.PodStatus) bool {
 
 func ptrTime(t metav1.Time) *metav1.Time { return &t }
 func ptrBool(b bool) *bool               { return &b }
-
-// MirrorSecret keeps dir's files equal to the data of Secret namespace/name, polling every 100ms
-// until ctx ends, as the kubelet does for a Secret volume. Files appear once the Secret has data.
-func MirrorSecret(ctx context.Context, client kubernetes.Interface, namespace, name, dir string) {
-	var version string
-	for ctx.Err() == nil {
-		sec, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && sec.ResourceVersion != version && len(sec.Data) > 0 {
-			for key, value := range sec.Data {
-				if len(value) == 0 {
-					continue
-				}
-				tmp := filepath.Join(dir, "."+key)
-				if os.WriteFile(tmp, value, 0o600) == nil {
-					os.Rename(tmp, filepath.Join(dir, key))
-				}
-			}
-			version = sec.ResourceVersion
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}

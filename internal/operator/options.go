@@ -88,7 +88,7 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one replica to run the reconcilers (every replica serves the webhook)")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "baton-operator.baton.dev", "name of the leader-election Lease")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
-	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/var/run/baton/webhook-certs", "directory holding the webhook's tls.crt and tls.key (the mounted webhook Secret)")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/var/run/baton/webhook-certs", "directory of the webhook's tls.crt and tls.key: with --webhook-certs=self the operator writes them there from --webhook-secret; with external, mount the Secret there")
 	fs.StringVar(&o.WebhookCerts, "webhook-certs", CertsSelf, "who provides the webhook serving certificate: self (the operator creates and rotates it) or external (e.g. cert-manager)")
 	fs.StringVar(&o.WebhookSecret, "webhook-secret", "baton-webhook-tls", "Secret in --namespace holding the webhook serving certificate")
 	fs.StringVar(&o.WebhookService, "webhook-service", "baton-webhook", "Service in --namespace in front of the webhook (its DNS name is in the certificate)")

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,6 +34,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
+	"github.com/baton-dev/baton/internal/certfiles"
 	"github.com/baton-dev/baton/internal/storepool"
 	batonwebhook "github.com/baton-dev/baton/internal/webhook"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -153,6 +155,17 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		})
 		if err != nil {
 			return fmt.Errorf("operator: webhook certificate rotator: %w", err)
+		}
+		// The rotator writes the Secret; the operator writes the files the webhook server reads
+		// from it itself, at once, rather than wait for the kubelet to refresh a Secret volume
+		// (see internal/certfiles).
+		kc, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("operator: %w", err)
+		}
+		if err := mgr.Add(&certfiles.Mirror{Client: kc, Namespace: o.Namespace, Name: o.WebhookSecret, Dir: o.WebhookCertDir,
+			Keys: []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey}, Log: log.WithName("certfiles")}); err != nil {
+			return fmt.Errorf("operator: %w", err)
 		}
 	} else {
 		go waitForCertFiles(ctx, o.WebhookCertDir, certsReady, log)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/batonnode"
 	"github.com/baton-dev/baton/internal/imagebuild"
-	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/internal/localnode"
 )
 
@@ -63,38 +62,6 @@ func (n *Node) Stop() {
 // startNode installs (normally cache hits), builds the images and starts the node, each step
 // with a bound of its own.
 func startNode() (*localnode.Node, imagebuild.Result, error) {
-	if err := localnode.CheckHost(); err != nil {
-		return nil, imagebuild.Result{}, err
-	}
-	ictx, cancel := context.WithTimeout(context.Background(), InstallTimeout)
-	defer cancel()
-	kubeBin, err := localkube.Install(ictx, localkube.Config{Progress: os.Stderr})
-	if err != nil {
-		return nil, imagebuild.Result{}, fmt.Errorf("control plane not built: %w", err)
-	}
-	bins, err := localnode.Install(ictx, localnode.Config{Progress: os.Stderr})
-	if err != nil {
-		return nil, imagebuild.Result{}, fmt.Errorf("node not installed: %w", err)
-	}
-	imagesDir, err := os.MkdirTemp("", "baton-images-")
-	if err != nil {
-		return nil, imagebuild.Result{}, err
-	}
-	images, err := imagebuild.BuildAll(ictx, imagesDir, imagebuild.WithProgress(os.Stderr))
-	if err != nil {
-		return nil, imagebuild.Result{}, fmt.Errorf("images not built: %w", err)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), nodeStartTimeout)
-	defer cancel()
-	node, err := localnode.Start(sctx, localnode.Options{
-		Components: localnode.ComponentsOf(kubeBin, bins),
-		PauseImage: imagebuild.PauseTag,
-		Images:     []string{images.Archive},
-		Progress:   os.Stderr,
-	})
-	_ = os.RemoveAll(filepath.Dir(images.Archive)) // imported, or of no use
-	if err != nil {
-		return nil, imagebuild.Result{}, fmt.Errorf("did not start: %w", err)
-	}
-	return node, images, nil
+	return batonnode.Start(context.Background(), batonnode.StartOptions{
+		Progress: os.Stderr, InstallTimeout: InstallTimeout, StartTimeout: nodeStartTimeout})
 }

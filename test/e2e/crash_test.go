@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/demoapp"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
@@ -40,7 +41,7 @@ func TestKilledSidecarIsRestarted(t *testing.T) {
 	default:
 	}
 	before := containerStatus(holder, inject.ContainerName)
-	answers := pollService(ctx, "http://"+svcIP+"/")
+	answers := demoapp.Poll(ctx, "http://"+svcIP+"/", 50*time.Millisecond, nil)
 	if err := c.node.KillContainer(ctx, before.ContainerID); err != nil {
 		t.Fatal(err)
 	}
@@ -65,26 +66,26 @@ func TestKilledSidecarIsRestarted(t *testing.T) {
 		restarts = st.RestartCount
 		return st.RestartCount > before.RestartCount && st.State.Running != nil
 	})
-	var back answer
+	var back demoapp.Answer
 	testenv.WaitFor(t, "a held answer with a larger token through the Service", 2*time.Minute, func() bool {
-		for _, a := range answers.since(0) {
-			if a.err == nil && a.status.State == sidecarclient.StateHeld && a.status.Token > token {
+		for _, a := range answers.Since(0) {
+			if a.Err == nil && a.Status.State == sidecarclient.StateHeld && a.Status.Token > token {
 				back = a
 				return true
 			}
 		}
 		return false
 	})
-	all := answers.stop()
+	all := answers.Stop()
 	var lastOld time.Time
 	for _, a := range all {
-		if a.err == nil && a.status.Token == token && a.at.Before(back.at) {
-			lastOld = a.at
+		if a.Err == nil && a.Status.Token == token && a.At.Before(back.At) {
+			lastOld = a.At
 		}
-		if a.err == nil && a.at.After(killed) && a.status.State == sidecarclient.StateHeld && a.status.Token == token {
-			t.Errorf("answer at %v, after the sidecar was killed, still says held with the old token %d", a.at, token)
+		if a.Err == nil && a.At.After(killed) && a.Status.State == sidecarclient.StateHeld && a.Status.Token == token {
+			t.Errorf("answer at %v, after the sidecar was killed, still says held with the old token %d", a.At, token)
 		}
 	}
 	t.Logf("sidecar restarted by the kubelet (restart count %d); %s answered held again with token %d after %s (last held answer before the kill to the first after)",
-		restarts, back.status.Pod, back.status.Token, back.at.Sub(lastOld).Round(time.Millisecond))
+		restarts, back.Status.Pod, back.Status.Token, back.At.Sub(lastOld).Round(time.Millisecond))
 }

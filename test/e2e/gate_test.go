@@ -3,19 +3,16 @@ package e2e
 import (
 	"context"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/batonnode"
 	"github.com/baton-dev/baton/internal/demoapp"
-	"github.com/baton-dev/baton/internal/imagebuild"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
@@ -58,7 +55,7 @@ func TestReadinessGateSendsTrafficOnlyToTheHolder(t *testing.T) {
 
 	// Every answer through the Service comes from the holder, with its token.
 	for range 20 {
-		st, err := get(ctx, "http://"+svcIP+"/")
+		st, err := demoapp.Ask(ctx, "http://"+svcIP+"/")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,37 +66,37 @@ func TestReadinessGateSendsTrafficOnlyToTheHolder(t *testing.T) {
 
 	// Graceful delete of the holder: the answers move to the next holder.
 	oldLogs := followLogs(t, ctx, c, ns, holder.Name)
-	answers := pollService(ctx, "http://"+svcIP+"/")
+	answers := demoapp.Poll(ctx, "http://"+svcIP+"/", 50*time.Millisecond, nil)
 	if err := c.kube.CoreV1().Pods(ns).Delete(ctx, holder.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var next demoapp.Status
 	testenv.WaitFor(t, "an answer from the next holder", 2*time.Minute, func() bool {
-		for _, a := range answers.since(0) {
-			if a.err == nil && a.status.Pod != holder.Name {
-				next = a.status
+		for _, a := range answers.Since(0) {
+			if a.Err == nil && a.Status.Pod != holder.Name {
+				next = a.Status
 				return true
 			}
 		}
 		return false
 	})
 	time.Sleep(time.Second) // a second more of answers, to see that the old holder stays silent
-	all := answers.stop()
+	all := answers.Stop()
 	if next.State != sidecarclient.StateHeld || next.Token <= token {
 		t.Errorf("first answer from the next holder %+v; want held with a token above %d", next, token)
 	}
-	lastOld, firstNew, failed := failover(all, holder.Name)
+	lastOld, firstNew, failed := demoapp.Failover(all, holder.Name)
 	t.Logf("traffic failover on a graceful delete: %s (last answer from %s to the first from %s; %d requests failed in between)",
 		firstNew.Sub(lastOld).Round(time.Millisecond), holder.Name, next.Pod, failed)
 	if firstNew.Sub(lastOld) > 5*time.Second { // longer than a lease: say what the old holder did
 		t.Logf("the old holder's containers logged:\n%s", oldLogs.String())
 	}
 	for _, a := range all {
-		if a.err == nil && a.at.After(firstNew) && a.status.Pod == holder.Name {
-			t.Errorf("the old holder answered at %v, after the new one had", a.at)
+		if a.Err == nil && a.At.After(firstNew) && a.Status.Pod == holder.Name {
+			t.Errorf("the old holder answered at %v, after the new one had", a.At)
 		}
-		if a.err == nil && a.status.Pod != holder.Name && a.status.Pod != next.Pod {
-			t.Errorf("answer from %s, neither the old nor the new holder", a.status.Pod)
+		if a.Err == nil && a.Status.Pod != holder.Name && a.Status.Pod != next.Pod {
+			t.Errorf("answer from %s, neither the old nor the new holder", a.Status.Pod)
 		}
 	}
 	if got := lockStatus(t, ctx, c, ns); got.Holder != next.Pod || got.Token != next.Token {
@@ -122,51 +119,16 @@ func followLogs(t *testing.T, ctx context.Context, c cluster, ns, pod string) *t
 	return out
 }
 
-// deployDemo creates the DistributedLock "demo" (5 s lease), a Deployment of the demo app
-// annotated with it (the README's rollout settings) and a Service, and returns the Service's
-// cluster IP.
+// deployDemo creates the workload of the README (batonnode.Workload "demo", 5 s lease) and
+// returns its Service's cluster IP.
 func deployDemo(t *testing.T, ctx context.Context, c cluster, ns string, replicas int32, mode batonv1.LockMode, policy batonv1.TrafficPolicy) string {
 	t.Helper()
-	dl := &batonv1.DistributedLock{
-		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns},
-		Spec: batonv1.DistributedLockSpec{
-			LockIDs: []string{"demo"}, Mode: mode, TrafficPolicy: policy,
-			LeaseDuration: &metav1.Duration{Duration: 5 * time.Second},
-		},
-	}
-	if err := c.client.Create(ctx, dl); err != nil {
-		t.Fatal(err)
-	}
-	labels := map[string]string{"app": "demo"}
-	all := intstr.FromString("100%")
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &all}},
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{inject.AnnotationLock: "demo"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: imagebuild.DemoAppTag, ImagePullPolicy: corev1.PullNever,
-					Env:   []corev1.EnvVar{{Name: demoapp.EnvLockID, Value: "demo"}},
-					Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-				}}},
-			},
-		},
-	}
-	if err := c.client.Create(ctx, dep); err != nil {
-		t.Fatal(err)
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns},
-		Spec: corev1.ServiceSpec{
-			Selector: labels,
-			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
-		},
-	}
-	if err := c.client.Create(ctx, svc); err != nil {
-		t.Fatal(err)
+	dl, dep, svc := batonnode.Workload{Namespace: ns, Name: "demo", Replicas: replicas, Mode: mode, Policy: policy,
+		Lease: 5 * time.Second}.Objects()
+	for _, o := range []client.Object{dl, dep, svc} {
+		if err := c.client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return svc.Spec.ClusterIP
 }
@@ -252,71 +214,6 @@ func initContainerState(p corev1.Pod, name string) corev1.ContainerState {
 		}
 	}
 	return corev1.ContainerState{}
-}
-
-// answer is one request through the Service.
-type answer struct {
-	at     time.Time // when the request was sent: an answer says what held at or after it
-	status demoapp.Status
-	err    error
-}
-
-// poller asks the Service every 50 ms, each time on a new connection.
-type poller struct {
-	mu      sync.Mutex
-	answers []answer
-	cancel  context.CancelFunc
-	done    chan struct{}
-}
-
-func pollService(ctx context.Context, url string) *poller {
-	ctx, cancel := context.WithCancel(ctx)
-	p := &poller{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		for ctx.Err() == nil {
-			reqCtx, cancel := context.WithTimeout(ctx, time.Second)
-			sent := time.Now()
-			st, err := get(reqCtx, url)
-			cancel()
-			p.mu.Lock()
-			p.answers = append(p.answers, answer{at: sent, status: st, err: err})
-			p.mu.Unlock()
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	return p
-}
-
-func (p *poller) since(i int) []answer {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]answer(nil), p.answers[i:]...)
-}
-
-func (p *poller) stop() []answer {
-	p.cancel()
-	<-p.done
-	return p.since(0)
-}
-
-// failover finds the last answer from old, the first from another pod, and how many requests
-// failed in between.
-func failover(all []answer, old string) (lastOld, firstNew time.Time, failed int) {
-	for _, a := range all {
-		switch {
-		case a.err == nil && a.status.Pod == old && firstNew.IsZero():
-			lastOld, failed = a.at, 0
-		case a.err == nil && a.status.Pod != old && firstNew.IsZero():
-			firstNew = a.at
-		case a.err != nil && firstNew.IsZero():
-			failed++
-		}
-	}
-	return lastOld, firstNew, failed
 }
 
 func containerStatus(p corev1.Pod, name string) corev1.ContainerStatus {

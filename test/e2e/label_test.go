@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/demoapp"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testenv"
@@ -89,11 +90,11 @@ func TestLabelPolicy(t *testing.T) {
 	})
 	url := "http://" + holderSvc.Spec.ClusterIP + "/"
 	testenv.WaitFor(t, "kube-proxy to program the holder Service", time.Minute, func() bool {
-		_, err := get(ctx, url) // refused until kube-proxy has synced the endpoint
+		_, err := demoapp.Ask(ctx, url) // refused until kube-proxy has synced the endpoint
 		return err == nil
 	})
 	for range 10 {
-		st, err := get(ctx, url)
+		st, err := demoapp.Ask(ctx, url)
 		if err != nil {
 			t.Fatal(err)
 		}

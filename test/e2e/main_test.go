@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/imagebuild"
+	"github.com/baton-dev/baton/internal/batonnode"
 	"github.com/baton-dev/baton/internal/localcassandra"
 	"github.com/baton-dev/baton/internal/localnode"
 	"github.com/baton-dev/baton/internal/testenv"
@@ -70,20 +69,11 @@ func batonCluster(t *testing.T) cluster {
 	helm := testenv.Helm(t)
 	c := clients(t, n)
 	installOnce.Do(func() {
-		repo, tag, _ := strings.Cut(imagebuild.BatonTag, ":")
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
 		start := time.Now()
-		cmd := exec.CommandContext(ctx, helm, "install", "baton", "../../charts/baton",
-			"--kubeconfig", n.Kubeconfig, "--namespace", "baton-system", "--create-namespace",
-			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-			"--set", "sidecar.image.pullPolicy=Never", "--set", "replicas=1",
-			"--set", "cassandra.hosts={"+strings.Join(hosts, ",")+"}",
-			"--set", "globalNamespaces={"+strings.Join(cronNamespaces, ",")+"}",
-			"--wait", "--timeout", "3m")
-		out, err := cmd.CombinedOutput()
+		out, err := batonnode.Install(context.Background(), batonnode.Chart{Helm: helm, Dir: "../../charts/baton", Node: n,
+			Hosts: hosts, GlobalNamespaces: cronNamespaces})
 		if err != nil {
-			installErr = fmt.Errorf("helm install: %w\n%s\noperator log: %s", err, out, operatorLogs(n, c.kubectl))
+			installErr = fmt.Errorf("%w\n%s\noperator log: %s", err, out, operatorLogs(n, c.kubectl))
 			return
 		}
 		t.Logf("helm install of charts/baton: operator Ready after %s", time.Since(start).Round(100*time.Millisecond))

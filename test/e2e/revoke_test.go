@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/demoapp"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -24,7 +25,7 @@ func TestRevokeAStuckHolder(t *testing.T) {
 	svcIP := deployDemo(t, ctx, c, ns, 2, batonv1.ModeBlocking, batonv1.TrafficReadinessGate)
 	holder, token := waitForOneReady(t, ctx, c, ns, 2)
 
-	answers := pollService(ctx, "http://"+svcIP+"/")
+	answers := demoapp.Poll(ctx, "http://"+svcIP+"/", 50*time.Millisecond, nil)
 	var dl batonv1.DistributedLock
 	if err := c.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo"}, &dl); err != nil {
 		t.Fatal(err)
@@ -39,22 +40,22 @@ func TestRevokeAStuckHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var next answer
+	var next demoapp.Answer
 	testenv.WaitFor(t, "an answer from the next holder", 2*time.Minute, func() bool {
-		for _, a := range answers.since(0) {
-			if a.err == nil && a.status.Pod != holder.Name && a.status.State == sidecarclient.StateHeld {
+		for _, a := range answers.Since(0) {
+			if a.Err == nil && a.Status.Pod != holder.Name && a.Status.State == sidecarclient.StateHeld {
 				next = a
 				return true
 			}
 		}
 		return false
 	})
-	answers.stop()
-	if next.status.Token <= token {
-		t.Errorf("next holder %s has token %d, want more than the revoked %d", next.status.Pod, next.status.Token, token)
+	answers.Stop()
+	if next.Status.Token <= token {
+		t.Errorf("next holder %s has token %d, want more than the revoked %d", next.Status.Pod, next.Status.Token, token)
 	}
 	t.Logf("revoked %s (token %d); %s answered through the Service with token %d %s after the annotation",
-		holder.Name, token, next.status.Pod, next.status.Token, next.at.Sub(revoked).Round(time.Millisecond))
+		holder.Name, token, next.Status.Pod, next.Status.Token, next.At.Sub(revoked).Round(time.Millisecond))
 
 	testenv.WaitFor(t, "the revocation recorded and the annotation removed", time.Minute, func() bool {
 		if err := c.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo"}, &dl); err != nil {

@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +94,7 @@ func TestServiceReachesEveryPod(t *testing.T) {
 	url := "http://" + svc.Spec.ClusterIP + "/"
 	var lastErr string
 	took = testenv.WaitFor(t, "answers from every pod through the Service", time.Minute, func() bool {
-		st, err := get(ctx, url)
+		st, err := demoapp.Ask(ctx, url)
 		if err != nil {
 			if err.Error() != lastErr { // refused until kube-proxy has the endpoints
 				t.Logf("GET %s: %v", url, err)
@@ -123,28 +120,6 @@ func podReady(p corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// get asks the demo app at url for its status. Without a sidecar it answers 503 with its pod name
-// and the reason.
-func get(ctx context.Context, url string) (demoapp.Status, error) {
-	var st demoapp.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return st, err
-	}
-	tr := &http.Transport{DisableKeepAlives: true} // a new connection each time: kube-proxy picks a pod per connection
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 2 * time.Second}).Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(body, &st); err != nil || st.Pod == "" {
-		return st, fmt.Errorf("%s: %s %q: not the demo app's status", url, resp.Status, body)
-	}
-	return st, nil
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/batonnode"
+	"github.com/baton-dev/baton/internal/demoapp"
+	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/localcassandra"
+	"github.com/baton-dev/baton/internal/localkube"
+	"github.com/baton-dev/baton/internal/localnode"
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+// nodeCassandra listens on the node's address on the pod bridge, where pods reach it (ports apart
+// from the end-to-end tests' and the other demo's).
+func nodeCassandra(progress io.Writer) localcassandra.Config {
+	return localcassandra.Config{Name: "demo-node", Nodes: 1, IPs: []string{localnode.HostIP},
+		NativePort: 10342, StoragePort: 8350, Progress: progress}
+}
+
+// errNoNode is a node that cannot run here: the demo falls back to the node agent.
+var errNoNode = errors.New("the real node is unavailable")
+
+// runNode is the demo on the real node: the chart installed with helm, a Deployment of the demo
+// app whose pods the kubelet runs with containerd and runc, and a client calling its Service
+// through kube-proxy, printing who answered, while the lock changes hands three ways.
+func runNode(ctx context.Context, o options, out io.Writer) error {
+	start := time.Now()
+	fmt.Fprintf(out, "baton demo on a real node: the kubelet runs %d pods of the demo app with containerd and runc, the operator\n"+
+		"injects the sidecar, and a client calls their Service through kube-proxy. Only the lock holder is Ready, so only it answers.\n\n", o.pods)
+	if err := localnode.CheckHost(); err != nil {
+		return fmt.Errorf("%w: %v", errNoNode, err)
+	}
+
+	fmt.Fprintln(out, "setup: install Cassandra 5.0 (Maven Central), the control plane and node (kube-apiserver, kube-controller-manager,")
+	fmt.Fprintln(out, "       kube-scheduler, etcd, kubelet, kube-proxy from Go modules; containerd and the CNI plugins from Go modules;")
+	fmt.Fprintln(out, "       runc, iptables, conntrack with apt-get), kubectl and helm into ~/.cache/baton unless cached; then build")
+	fmt.Fprintln(out, "       baton's images without Docker and start the node (the first run takes about half an hour, later ones a minute)")
+	if _, err := localcassandra.Install(ctx, nodeCassandra(out)); err != nil {
+		return fmt.Errorf("Cassandra: %w", err)
+	}
+	kube := localkube.Config{Progress: out}
+	kubectl, err := localkube.Kubectl(ctx, kube)
+	if err != nil {
+		return err
+	}
+	helm, err := localkube.Helm(ctx, kube)
+	if err != nil {
+		return err
+	}
+	node, _, err := batonnode.Start(ctx, batonnode.StartOptions{Progress: out})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: %v", errNoNode, err)
+	}
+	defer node.Stop()
+
+	fmt.Fprintf(out, "setup: Cassandra on %s, where pods reach it\n", localnode.HostIP)
+	cass, err := localcassandra.Start(ctx, nodeCassandra(out))
+	if err != nil {
+		return fmt.Errorf("Cassandra: %w", err)
+	}
+	defer func() { _ = cass.Stop(context.WithoutCancel(ctx)) }()
+
+	fmt.Fprintln(out, "setup: helm install baton charts/baton (the operator as a pod from the imported image; its webhook behind a Service)")
+	installed := time.Now()
+	if helmOut, err := batonnode.Install(ctx, batonnode.Chart{Helm: helm, Dir: "charts/baton", Node: node, Hosts: cass.Hosts()}); err != nil {
+		return fmt.Errorf("%w\n%s", err, helmOut)
+	}
+	fmt.Fprintf(out, "setup: operator Ready %s after helm install began\n", time.Since(installed).Round(100*time.Millisecond))
+
+	c, err := newClient(node)
+	if err != nil {
+		return err
+	}
+	d := &nodeDemo{out: out, c: c, node: node, kubectl: kubectl, start: time.Now()}
+	if err := d.script(ctx, o); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\ndemo done in %s (setup included)\n", time.Since(start).Round(time.Second))
+	if o.keep {
+		fmt.Fprintf(out, "\nstill running; try: KUBECONFIG=%s %s get pods,dlock -n %s   (Ctrl-C to stop)\n", node.Kubeconfig, kubectl, namespace)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func newClient(node *localnode.Node) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), batonv1.AddToScheme(scheme)); err != nil {
+		return nil, err
+	}
+	return client.New(node.Config, client.Options{Scheme: scheme})
+}
+
+type nodeDemo struct {
+	out     io.Writer
+	c       client.Client
+	node    *localnode.Node
+	kubectl string
+	start   time.Time
+
+	mu   sync.Mutex // the poller's callback prints beside the script
+	last string     // the last answer printed, to print changes only
+}
+
+// step is one change of hands as the client saw it.
+type step struct {
+	what          string
+	from, to      demoapp.Status
+	gap           time.Duration // last answer of the old grant to the first of the new
+	failed        int           // requests that got no answer in between
+	sinceStimulus time.Duration // from the action to the first answer of the new grant
+}
+
+func (d *nodeDemo) script(ctx context.Context, o options) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	if err := d.c.Create(ctx, ns); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", namespace, err)
+	}
+	w := batonnode.Workload{Namespace: namespace, Name: lockName, Replicas: int32(o.pods), Mode: batonv1.ModeBlocking,
+		Policy: batonv1.TrafficReadinessGate, Lease: o.lease}
+	dl, dep, svc := w.Objects()
+	for _, obj := range []client.Object{dl, dep, svc} {
+		if err := d.c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+		}
+	}
+	fmt.Fprintf(d.out, "setup: DistributedLock %s/%s (lease %v, Blocking, traffic to the holder only: ReadinessGate), a Deployment of %d\n"+
+		"       demo app pods annotated with it, and the Service %s at %s\n", namespace, lockName, o.lease, o.pods, svc.Name, svc.Spec.ClusterIP)
+
+	holder, err := d.waitForOneReady(ctx, o.pods)
+	if err != nil {
+		return err
+	}
+	d.kubectlRun(ctx, "get", "pods", "-n", namespace, "-o", "custom-columns=POD:.metadata.name,IP:.status.podIP,"+
+		"READY:.status.conditions[?(@.type=='Ready')].status,LOCK-HELD:.status.conditions[?(@.type=='baton.dev/lock-held')].status,"+
+		"CONTAINERS:.status.containerStatuses[*].name")
+	url := "http://" + svc.Spec.ClusterIP + "/"
+	fmt.Fprintf(d.out, "\nclient: GET %s every 100ms, each on a new connection (kube-proxy picks a pod per connection); a line per change:\n", url)
+	answers := demoapp.Poll(ctx, url, 100*time.Millisecond, d.print)
+	defer answers.Stop()
+	first, err := d.awaitAnswer(ctx, answers, 0, "an answer from the holder", func(a demoapp.Answer) bool {
+		return a.Err == nil && a.Status.State == sidecarclient.StateHeld
+	})
+	if err != nil {
+		return err
+	}
+	if first.Status.Pod != holder {
+		return fmt.Errorf("the Service answered from %s, but the Ready pod is %s", first.Status.Pod, holder)
+	}
+	var steps []step
+
+	fmt.Fprintf(d.out, "\n1. delete the holder pod %s: its sidecar releases the lock at SIGTERM, after the app stopped\n", first.Status.Pod)
+	s, err := d.change(ctx, answers, "graceful delete", first.Status, func() error {
+		return d.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: first.Status.Pod}})
+	}, func(a demoapp.Answer) bool { return a.Status.Pod != first.Status.Pod })
+	if err != nil {
+		return err
+	}
+	steps = append(steps, s)
+
+	cur := s.to
+	fmt.Fprintf(d.out, "\n2. kill %s's sidecar container with SIGKILL (a crash): the kubelet restarts it in the same pod, which may\n"+
+		"   take the lock straight back (same pod: no wait for the lease), with a larger token\n", cur.Pod)
+	s, err = d.change(ctx, answers, "killed sidecar", cur, func() error {
+		var pod corev1.Pod
+		if err := d.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cur.Pod}, &pod); err != nil {
+			return err
+		}
+		for _, st := range pod.Status.InitContainerStatuses {
+			if st.Name == inject.ContainerName {
+				return d.node.KillContainer(ctx, st.ContainerID)
+			}
+		}
+		return fmt.Errorf("pod %s has no %s container", cur.Pod, inject.ContainerName)
+	}, func(a demoapp.Answer) bool { return a.Status.Token > cur.Token })
+	if err != nil {
+		return err
+	}
+	steps = append(steps, s)
+
+	cur = s.to
+	revoke := fmt.Sprintf("%s=%s=%d", batonv1.AnnotationRevoke, lockName, cur.Token)
+	fmt.Fprintf(d.out, "\n3. revoke %s's grant (token %d): the operator revokes it in Cassandra, the holder fences itself at its next\n"+
+		"   renewal, the next in the queue takes over after one lease\n", cur.Pod, cur.Token)
+	s, err = d.change(ctx, answers, "revocation", cur, func() error {
+		d.kubectlRun(ctx, "annotate", "distributedlock", lockName, "-n", namespace, revoke)
+		return nil
+	}, func(a demoapp.Answer) bool { return a.Status.Token > cur.Token })
+	if err != nil {
+		return err
+	}
+	steps = append(steps, s)
+	all := answers.Stop()
+
+	fmt.Fprintln(d.out)
+	d.kubectlRun(ctx, "get", "distributedlocks", "-n", namespace, "-o", "wide")
+	d.kubectlRun(ctx, "get", "events.v1.events.k8s.io", "-n", namespace, "--field-selector", "regarding.kind=DistributedLock",
+		"--sort-by=.metadata.creationTimestamp", "-o", "custom-columns=REASON:.reason,NOTE:.note")
+
+	fmt.Fprintf(d.out, "\nsummary (lease %v; %d requests through the Service, every answer from the pod holding the lock at the time):\n", o.lease, len(all))
+	for _, s := range steps {
+		fmt.Fprintf(d.out, "  %-16s %s (token %d) -> %s (token %d): traffic failover %v (last answer of the old grant to the first of the new,\n"+
+			"                   %d requests unanswered in between); %v from the action to the first answer\n",
+			s.what, s.from.Pod, s.from.Token, s.to.Pod, s.to.Token, s.gap.Round(time.Millisecond), s.failed, s.sinceStimulus.Round(time.Millisecond))
+	}
+	counts := map[string]int{}
+	var order []string
+	for _, a := range all {
+		key := "no answer"
+		if a.Err == nil {
+			key = fmt.Sprintf("%s (%s)", a.Status.Pod, a.Status.State)
+		}
+		if counts[key] == 0 {
+			order = append(order, key)
+		}
+		counts[key]++
+	}
+	fmt.Fprint(d.out, "  answers:")
+	for _, k := range order {
+		fmt.Fprintf(d.out, " %s %d;", k, counts[k])
+	}
+	fmt.Fprintln(d.out)
+	return nil
+}
+
+// change runs act and waits for the first answer after it that isNew says comes from the next
+// grant (held), then measures the traffic failover.
+func (d *nodeDemo) change(ctx context.Context, answers *demoapp.Poller, what string, from demoapp.Status, act func() error,
+	isNew func(demoapp.Answer) bool) (step, error) {
+	mark := len(answers.Since(0))
+	acted := time.Now()
+	if err := act(); err != nil {
+		return step{}, err
+	}
+	next, err := d.awaitAnswer(ctx, answers, mark, "an answer from the next grant", func(a demoapp.Answer) bool {
+		return a.Err == nil && a.Status.State == sidecarclient.StateHeld && isNew(a)
+	})
+	if err != nil {
+		return step{}, err
+	}
+	var lastOld time.Time
+	failed := 0
+	for _, a := range answers.Since(0) {
+		if !a.At.Before(next.At) {
+			break
+		}
+		switch {
+		case a.Err == nil && a.Status.Pod == from.Pod && a.Status.Token == from.Token:
+			lastOld, failed = a.At, 0
+		default:
+			failed++
+		}
+	}
+	return step{what: what, from: from, to: next.Status, gap: next.At.Sub(lastOld), failed: failed, sinceStimulus: next.At.Sub(acted)}, nil
+}
+
+// awaitAnswer waits (at most two minutes) for an answer from the i-th on that ok accepts.
+func (d *nodeDemo) awaitAnswer(ctx context.Context, answers *demoapp.Poller, i int, what string, ok func(demoapp.Answer) bool) (demoapp.Answer, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		for _, a := range answers.Since(i) {
+			if ok(a) {
+				return a, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return demoapp.Answer{}, fmt.Errorf("no %s within two minutes (logs: %s)", what, d.node.Dir)
+		}
+		select {
+		case <-ctx.Done():
+			return demoapp.Answer{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// print prints an answer when it differs from the last one printed.
+func (d *nodeDemo) print(a demoapp.Answer) {
+	line := "no answer"
+	if a.Err == nil {
+		line = fmt.Sprintf("answer from %s: %s", a.Status.Pod, a.Status.State)
+		if a.Status.Token > 0 {
+			line += fmt.Sprintf(", token %d", a.Status.Token)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if line != d.last {
+		fmt.Fprintf(d.out, "  %7.2fs  %s\n", a.At.Sub(d.start).Seconds(), line)
+		d.last = line
+	}
+}
+
+// waitForOneReady waits (at most three minutes) until the Deployment's pods exist and exactly
+// one is Ready, printing how many run and are Ready as it changes; it returns the Ready pod.
+func (d *nodeDemo) waitForOneReady(ctx context.Context, replicas int) (string, error) {
+	deadline := time.Now().Add(3 * time.Minute)
+	last := ""
+	for {
+		var pods corev1.PodList
+		if err := d.c.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"app": lockName}); err != nil {
+			return "", err
+		}
+		var running, ready []string
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running = append(running, p.Name)
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ready = append(ready, p.Name)
+				}
+			}
+		}
+		line := fmt.Sprintf("%d of %d pods running, Ready: %s", len(running), replicas, strings.Join(ready, ", "))
+		if line != last {
+			fmt.Fprintf(d.out, "  %7.2fs  %s\n", time.Since(d.start).Seconds(), line)
+			last = line
+		}
+		if len(running) == replicas && len(ready) == 1 {
+			return ready[0], nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("not exactly one of %d pods Ready within three minutes (logs: %s)", replicas, d.node.Dir)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// kubectlRun runs the real kubectl against the node's API server and prints the command and its
+// output.
+func (d *nodeDemo) kubectlRun(ctx context.Context, args ...string) {
+	fmt.Fprintf(d.out, "\n$ kubectl %s\n", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.node.Kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = d.out, d.out
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(d.out, "(kubectl: %v)\n", err)
+	}
+}

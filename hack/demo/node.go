@@ -123,7 +123,7 @@ type nodeDemo struct {
 
 // step is one change of hands as the client saw it.
 type step struct {
-	what          string
+	what, action  string
 	from, to      demoapp.Status
 	gap           time.Duration // last answer of the old grant to the first of the new
 	failed        int           // requests that got no answer in between
@@ -169,7 +169,7 @@ func (d *nodeDemo) script(ctx context.Context, o options) error {
 	var steps []step
 
 	fmt.Fprintf(d.out, "\n1. delete the holder pod %s: its sidecar releases the lock at SIGTERM, after the app stopped\n", first.Status.Pod)
-	s, err := d.change(ctx, answers, "graceful delete", first.Status, func() error {
+	s, err := d.change(ctx, answers, "graceful delete", "delete", first.Status, func() error {
 		return d.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: first.Status.Pod}})
 	}, func(a demoapp.Answer) bool { return a.Status.Pod != first.Status.Pod })
 	if err != nil {
@@ -180,7 +180,7 @@ func (d *nodeDemo) script(ctx context.Context, o options) error {
 	cur := s.to
 	fmt.Fprintf(d.out, "\n2. kill %s's sidecar container with SIGKILL (a crash): the kubelet restarts it in the same pod, which may\n"+
 		"   take the lock straight back (same pod: no wait for the lease), with a larger token\n", cur.Pod)
-	s, err = d.change(ctx, answers, "killed sidecar", cur, func() error {
+	s, err = d.change(ctx, answers, "killed sidecar", "kill", cur, func() error {
 		var pod corev1.Pod
 		if err := d.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cur.Pod}, &pod); err != nil {
 			return err
@@ -201,7 +201,7 @@ func (d *nodeDemo) script(ctx context.Context, o options) error {
 	revoke := fmt.Sprintf("%s=%s=%d", batonv1.AnnotationRevoke, lockName, cur.Token)
 	fmt.Fprintf(d.out, "\n3. revoke %s's grant (token %d): the operator revokes it in Cassandra, the holder fences itself at its next\n"+
 		"   renewal, the next in the queue takes over after one lease\n", cur.Pod, cur.Token)
-	s, err = d.change(ctx, answers, "revocation", cur, func() error {
+	s, err = d.change(ctx, answers, "revocation", "annotation", cur, func() error {
 		d.kubectlRun(ctx, "annotate", "distributedlock", lockName, "-n", namespace, revoke)
 		return nil
 	}, func(a demoapp.Answer) bool { return a.Status.Token > cur.Token })
@@ -216,18 +216,23 @@ func (d *nodeDemo) script(ctx context.Context, o options) error {
 	d.kubectlRun(ctx, "get", "events.v1.events.k8s.io", "-n", namespace, "--field-selector", "regarding.kind=DistributedLock",
 		"--sort-by=.metadata.creationTimestamp", "-o", "custom-columns=REASON:.reason,NOTE:.note")
 
-	fmt.Fprintf(d.out, "\nsummary (lease %v; %d requests through the Service, every answer from the pod holding the lock at the time):\n", o.lease, len(all))
-	for _, s := range steps {
-		fmt.Fprintf(d.out, "  %-16s %s (token %d) -> %s (token %d): traffic failover %v (last answer of the old grant to the first of the new,\n"+
-			"                   %d requests unanswered in between); %v from the action to the first answer\n",
-			s.what, s.from.Pod, s.from.Token, s.to.Pod, s.to.Token, s.gap.Round(time.Millisecond), s.failed, s.sinceStimulus.Round(time.Millisecond))
+	fmt.Fprintf(d.out, "\nsummary (lease %v; %d requests through the Service):\n", o.lease, len(all))
+	for i, s := range steps {
+		fmt.Fprintf(d.out, "  %d. %s: %s (token %d) -> %s (token %d)\n", i+1, s.what, s.from.Pod, s.from.Token, s.to.Pod, s.to.Token)
+		fmt.Fprintf(d.out, "     traffic failover %v (last held answer of the old grant to the first of the new; %d requests not served\n"+
+			"     in between); the first answer of the new grant came %v after the %s\n",
+			s.gap.Round(time.Millisecond), s.failed, s.sinceStimulus.Round(time.Millisecond), s.action)
 	}
 	counts := map[string]int{}
 	var order []string
 	for _, a := range all {
 		key := "no answer"
-		if a.Err == nil {
-			key = fmt.Sprintf("%s (%s)", a.Status.Pod, a.Status.State)
+		switch {
+		case a.Err != nil:
+		case a.Status.State == sidecarclient.StateHeld:
+			key = a.Status.Pod + " held"
+		default:
+			key = a.Status.Pod + " not serving"
 		}
 		if counts[key] == 0 {
 			order = append(order, key)
@@ -235,16 +240,45 @@ func (d *nodeDemo) script(ctx context.Context, o options) error {
 		counts[key]++
 	}
 	fmt.Fprint(d.out, "  answers:")
-	for _, k := range order {
-		fmt.Fprintf(d.out, " %s %d;", k, counts[k])
+	for i, k := range order {
+		sep := ","
+		if i == len(order)-1 {
+			sep = "\n"
+		}
+		fmt.Fprintf(d.out, " %s %d%s", k, counts[k], sep)
 	}
-	fmt.Fprintln(d.out)
+	if err := checkAnswers(all); err != nil {
+		return err
+	}
+	fmt.Fprintln(d.out, "  checked: every held answer came from one pod per token, and the tokens never went down")
+	return nil
+}
+
+// checkAnswers checks what the client saw against the lock's promises: a fencing token is held
+// by one pod only, and once a pod has answered held with a token, no pod answers held with an
+// older one (the client's requests are sequential: each is sent after the last was answered).
+func checkAnswers(all []demoapp.Answer) error {
+	owner := map[int64]string{}
+	var top int64
+	for _, a := range all {
+		if a.Err != nil || a.Status.State != sidecarclient.StateHeld {
+			continue
+		}
+		if p, ok := owner[a.Status.Token]; ok && p != a.Status.Pod {
+			return fmt.Errorf("token %d answered held by both %s and %s", a.Status.Token, p, a.Status.Pod)
+		}
+		owner[a.Status.Token] = a.Status.Pod
+		if a.Status.Token < top {
+			return fmt.Errorf("%s answered held with token %d after token %d had answered", a.Status.Pod, a.Status.Token, top)
+		}
+		top = a.Status.Token
+	}
 	return nil
 }
 
 // change runs act and waits for the first answer after it that isNew says comes from the next
 // grant (held), then measures the traffic failover.
-func (d *nodeDemo) change(ctx context.Context, answers *demoapp.Poller, what string, from demoapp.Status, act func() error,
+func (d *nodeDemo) change(ctx context.Context, answers *demoapp.Poller, what, action string, from demoapp.Status, act func() error,
 	isNew func(demoapp.Answer) bool) (step, error) {
 	mark := len(answers.Since(0))
 	acted := time.Now()
@@ -270,7 +304,7 @@ func (d *nodeDemo) change(ctx context.Context, answers *demoapp.Poller, what str
 			failed++
 		}
 	}
-	return step{what: what, from: from, to: next.Status, gap: next.At.Sub(lastOld), failed: failed, sinceStimulus: next.At.Sub(acted)}, nil
+	return step{what: what, action: action, from: from, to: next.Status, gap: next.At.Sub(lastOld), failed: failed, sinceStimulus: next.At.Sub(acted)}, nil
 }
 
 // awaitAnswer waits (at most two minutes) for an answer from the i-th on that ok accepts.
@@ -297,16 +331,25 @@ func (d *nodeDemo) awaitAnswer(ctx context.Context, answers *demoapp.Poller, i i
 func (d *nodeDemo) print(a demoapp.Answer) {
 	line := "no answer"
 	if a.Err == nil {
-		line = fmt.Sprintf("answer from %s: %s", a.Status.Pod, a.Status.State)
-		if a.Status.Token > 0 {
-			line += fmt.Sprintf(", token %d", a.Status.Token)
-		}
+		line = "answer from " + a.Status.Pod + ": " + describe(a.Status)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if line != d.last {
 		fmt.Fprintf(d.out, "  %7.2fs  %s\n", a.At.Sub(d.start).Seconds(), line)
 		d.last = line
+	}
+}
+
+// describe says what an answer says of the lock.
+func describe(st demoapp.Status) string {
+	switch {
+	case st.State == sidecarclient.StateHeld:
+		return fmt.Sprintf("held, token %d", st.Token)
+	case st.State != "":
+		return string(st.State) + ", not serving"
+	default:
+		return "sidecar unreachable, not serving"
 	}
 }
 
@@ -325,8 +368,12 @@ func (d *nodeDemo) waitForOneReady(ctx context.Context, replicas int) (string, e
 			if p.DeletionTimestamp != nil {
 				continue
 			}
-			if p.Status.Phase == corev1.PodRunning {
-				running = append(running, p.Name)
+			// A standby's app container waits for the lock (Blocking mode), so the pod stays
+			// Pending while its sidecar runs: count running sidecars.
+			for _, c := range p.Status.InitContainerStatuses {
+				if c.Name == inject.ContainerName && c.State.Running != nil {
+					running = append(running, p.Name)
+				}
 			}
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
@@ -334,7 +381,7 @@ func (d *nodeDemo) waitForOneReady(ctx context.Context, replicas int) (string, e
 				}
 			}
 		}
-		line := fmt.Sprintf("%d of %d pods running, Ready: %s", len(running), replicas, strings.Join(ready, ", "))
+		line := fmt.Sprintf("%d of %d pods have their sidecar running; Ready (holding the lock): %s", len(running), replicas, strings.Join(ready, ", "))
 		if line != last {
 			fmt.Fprintf(d.out, "  %7.2fs  %s\n", time.Since(d.start).Seconds(), line)
 			last = line

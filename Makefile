@@ -16,7 +16,7 @@ help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 .PHONY: demo
-demo: ## Cassandra, a local control plane, the operator and 4 injected pods: the lock changes hands 3 ways
+demo: ## a real node (root), Cassandra, the chart installed with helm, 3 pods behind a Service: answers follow the lock as it changes hands 3 ways (DEMOFLAGS=-node-agent: without a kubelet)
 	$(GO) run ./hack/demo $(DEMOFLAGS)
 
 .PHONY: demo-lock

@@ -50,7 +50,7 @@ func runNode(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintln(out, "setup: install Cassandra 5.0 (Maven Central), the control plane and node (kube-apiserver, kube-controller-manager,")
 	fmt.Fprintln(out, "       kube-scheduler, etcd, kubelet, kube-proxy from Go modules; containerd and the CNI plugins from Go modules;")
 	fmt.Fprintln(out, "       runc, iptables, conntrack with apt-get), kubectl and helm into ~/.cache/baton unless cached; then build")
-	fmt.Fprintln(out, "       baton's images without Docker and start the node (the first run takes about half an hour, later ones a minute)")
+	fmt.Fprintln(out, "       baton's images without Docker and start the node (a first run took 19 minutes here, later ones under a minute)")
 	if _, err := localcassandra.Install(ctx, nodeCassandra(out)); err != nil {
 		return fmt.Errorf("Cassandra: %w", err)
 	}
@@ -152,7 +152,8 @@ func (d *nodeDemo) script(ctx context.Context, o options) error {
 	}
 	d.kubectlRun(ctx, "get", "pods", "-n", namespace, "-o", "custom-columns=POD:.metadata.name,IP:.status.podIP,"+
 		"READY:.status.conditions[?(@.type=='Ready')].status,LOCK-HELD:.status.conditions[?(@.type=='baton.dev/lock-held')].status,"+
-		"CONTAINERS:.status.containerStatuses[*].name")
+		"SIDECAR-STARTED:.status.initContainerStatuses[?(@.name=='"+inject.ContainerName+"')].started,"+
+		"APP-STARTED:.status.containerStatuses[?(@.name=='app')].started")
 	url := "http://" + svc.Spec.ClusterIP + "/"
 	fmt.Fprintf(d.out, "\nclient: GET %s every 100ms, each on a new connection (kube-proxy picks a pod per connection); a line per change:\n", url)
 	answers := demoapp.Poll(ctx, url, 100*time.Millisecond, d.print)
@@ -381,7 +382,11 @@ func (d *nodeDemo) waitForOneReady(ctx context.Context, replicas int) (string, e
 				}
 			}
 		}
-		line := fmt.Sprintf("%d of %d pods have their sidecar running; Ready (holding the lock): %s", len(running), replicas, strings.Join(ready, ", "))
+		holders := strings.Join(ready, ", ")
+		if holders == "" {
+			holders = "none yet"
+		}
+		line := fmt.Sprintf("%d of %d pods have their sidecar running; Ready (holding the lock): %s", len(running), replicas, holders)
 		if line != last {
 			fmt.Fprintf(d.out, "  %7.2fs  %s\n", time.Since(d.start).Seconds(), line)
 			last = line

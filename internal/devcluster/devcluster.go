@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/baton-dev/baton/internal/imagebuild"
 	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/internal/manifests"
 	"github.com/baton-dev/baton/internal/nodeagent"
@@ -138,7 +139,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	cl.MetricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(metricsPort))
 	args := append([]string{
 		"--namespace=" + Namespace,
-		"--sidecar-image=ghcr.io/baton-dev/baton:dev",
+		"--sidecar-image=" + imagebuild.BatonTag, // what make image builds; the node agent runs the binary itself
 		"--cassandra-hosts=" + strings.Join(o.CassandraHosts, ","),
 		"--cassandra-keyspace=" + o.Keyspace,
 		"--webhook-port=" + strconv.Itoa(webhookPort),

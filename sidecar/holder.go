@@ -145,9 +145,10 @@ func (h *Holder) acquired(id string, lease *lock.Lease) {
 	if h.opts.Mode == batonv1.ModeBlocking && !h.started {
 		h.started = h.allEverHeldLocked()
 	}
+	// Metrics first: a subscriber that sees the event and then reads the metrics sees it counted.
+	h.metrics.acquired(id, lease.Token())
 	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: id, Token: lease.Token(), Time: time.Now()})
 	h.mu.Unlock()
-	h.metrics.acquired(id, lease.Token())
 	h.log.Info("lock held", "lock", id, "token", lease.Token())
 }
 
@@ -168,8 +169,8 @@ func (h *Holder) ended(id string, lease *lock.Lease) {
 	}
 	s.lease = nil
 	s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateLost, Token: lease.Token(), Reason: reason}
+	h.metrics.lost(id, lease.Err()) // before the event, as in acquired
 	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: id, Token: lease.Token(), Reason: reason, Time: time.Now()})
-	h.metrics.lost(id, lease.Err())
 	h.log.Info("lock lost", "lock", id, "token", lease.Token(), "reason", reason)
 }
 
@@ -365,8 +366,8 @@ func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease) erro
 	if s.lease == lease {
 		s.lease = nil
 		s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: lease.Token(), Reason: "released"}
+		h.metrics.released(id) // before the event, as in acquired
 		h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventReleased, LockID: id, Token: lease.Token(), Time: time.Now()})
-		h.metrics.released(id)
 	}
 	h.mu.Unlock()
 	h.log.Info("lock released", "lock", id, "token", lease.Token(), "confirmed", err == nil)

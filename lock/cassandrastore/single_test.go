@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/lock/storetest"
 )
 
 // TestSixteenContenders: 16 contenders with separate sessions never overlap and tokens grow.
@@ -506,4 +507,10 @@ func TestFencedUpdateRejectsStaleHolder(t *testing.T) {
 	if err := session.Query(`SELECT state FROM `+table+` WHERE id = ?`, id).Consistency(gocql.Serial).ScanContext(ctx, &state); err != nil || state != "shipped" {
 		t.Fatalf("row state %q, %v; want the new holder's write", state, err)
 	}
+}
+
+// TestContract: the store keeps lock.Store's contract on a real Cassandra (the in-memory store
+// runs the same tests).
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) lock.Store { return newStore(t, single, "") })
 }

@@ -357,6 +357,18 @@ func (s *Store) recordAtLocked(lockID string, at time.Time, cur lock.Record, ok 
 	return cur, ok
 }
 
+// casMatches reports whether a compare-and-swap expecting prev applies to the stored record cur
+// (exists tells whether there is one): with prev.Version 0 only when there is none, otherwise when
+// cur has prev's version, owner, token, revoked flag and lease, the columns the Cassandra store's
+// lightweight transaction compares.
+func casMatches(cur lock.Record, exists bool, prev lock.Record) bool {
+	if prev.Version == 0 {
+		return !exists
+	}
+	return exists && cur.Version == prev.Version && cur.Owner == prev.Owner && cur.Token == prev.Token &&
+		cur.Revoked == prev.Revoked && cur.Lease == prev.Lease
+}
+
 // CompareAndSwap implements lock.Store.
 func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next lock.Record) (applied bool, cur lock.Record, ok bool, err error) {
 	const kind = "compare-and-swap"
@@ -365,14 +377,13 @@ func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next l
 	laterBy := c.upTo(kind, c.faults.LaterBy)
 	dup := c.chance(kind, c.faults.Duplicate)
 	dupBy := c.upTo(kind, c.faults.LaterBy)
-	prevVersion := prev.Version
 	var id int
 	err = c.call(ctx, kind, func() {
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
 		c.s.settleLocked(lockID, commit)
 		cur, ok = c.s.records[lockID]
-		if cur.Version != prevVersion || (prevVersion == 0) == ok {
+		if !casMatches(cur, ok, prev) {
 			return
 		}
 		applied = true
@@ -392,7 +403,7 @@ func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next l
 		c.s.mu.Lock()
 		c.s.stats.Duplicates++
 		c.s.settleLocked(lockID, commit)
-		if cur, ok := c.s.records[lockID]; cur.Version == prevVersion && (prevVersion == 0) != ok {
+		if cur, ok := c.s.records[lockID]; casMatches(cur, ok, prev) {
 			c.s.commitLocked(lockID, cur, next)
 		}
 		c.s.mu.Unlock()

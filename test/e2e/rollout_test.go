@@ -62,12 +62,39 @@ func TestRolloutRestart(t *testing.T) {
 	t.Logf("the lock moved from %s (token %d) to %s (token %d) in %s",
 		old.Name, token, holder.Name, newToken, time.Since(start).Round(100*time.Millisecond))
 
-	// The same Deployment with the default maxUnavailable (25%) would stall: reported.
+	// Never complete, the Deployment is reported as stuck once its progress deadline has passed
+	// (600 s by default; 10 s here): its Progressing condition turns False, reason
+	// ProgressDeadlineExceeded, although nothing is wrong. Alerts on that condition must leave such
+	// Deployments out (the README says so).
 	var dep appsv1.Deployment
 	if err := c.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo"}, &dep); err != nil {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(dep.DeepCopy())
+	dep.Spec.ProgressDeadlineSeconds = ptr(int32(10))
+	if err := c.client.Patch(ctx, &dep, patch); err != nil {
+		t.Fatal(err)
+	}
+	deadlinePatched := time.Now()
+	testenv.WaitFor(t, "Progressing False with ProgressDeadlineExceeded", 2*time.Minute, func() bool {
+		if err := c.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo"}, &dep); err != nil {
+			t.Fatal(err)
+		}
+		for _, cond := range dep.Status.Conditions {
+			if cond.Type == appsv1.DeploymentProgressing {
+				return cond.Status == "False" && cond.Reason == "ProgressDeadlineExceeded"
+			}
+		}
+		return false
+	})
+	t.Logf("Progressing False, ProgressDeadlineExceeded, %s after progressDeadlineSeconds was set to 10 (%d of %d replicas available)",
+		time.Since(deadlinePatched).Round(100*time.Millisecond), dep.Status.AvailableReplicas, dep.Status.Replicas)
+	if got := lockStatus(t, ctx, c, ns); got.Holder != holder.Name || got.Token != newToken {
+		t.Errorf("the lock moved while the Deployment was reported stuck: holder %s token %d", got.Holder, got.Token)
+	}
+
+	// The same Deployment with the default maxUnavailable (25%) would stall: reported.
+	patch = client.MergeFrom(dep.DeepCopy())
 	dep.Spec.Strategy.RollingUpdate.MaxUnavailable = nil
 	if err := c.client.Patch(ctx, &dep, patch); err != nil {
 		t.Fatal(err)

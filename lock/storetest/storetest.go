@@ -1,0 +1,153 @@
+// Package storetest is the contract of lock.Store as tests: the Cassandra store runs it against a
+// real Cassandra and the in-memory store runs it without faults, so the simulations' store cannot
+// drift from the real one on anything the lock relies on.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/lock"
+)
+
+var seq atomic.Int64
+
+// lockID returns a lock ID no other test of this run uses.
+func lockID() string {
+	return fmt.Sprintf("storetest-%d-%d", time.Now().UnixNano()%1_000_000_000, seq.Add(1))
+}
+
+// Run runs the contract against the store that newStore returns (one per subtest; they may
+// share the underlying storage, as every subtest uses lock IDs of its own).
+func Run(t *testing.T, newStore func(t *testing.T) lock.Store) {
+	t.Run("CompareAndSwapCreatesOnlyWhenAbsent", func(t *testing.T) { casCreates(t, newStore(t)) })
+	t.Run("CompareAndSwapComparesTheWholeCondition", func(t *testing.T) { casCompares(t, newStore(t)) })
+	t.Run("QueueOrderAndLimit", func(t *testing.T) { queueOrder(t, newStore(t)) })
+	t.Run("DequeueRemovesOneEntry", func(t *testing.T) { dequeue(t, newStore(t)) })
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func held(owner string, token, version int64) lock.Record {
+	return lock.Record{Owner: owner, Token: token, Version: version, Lease: 5 * time.Second}
+}
+
+func casCreates(t *testing.T, s lock.Store) {
+	ctx, id := ctxFor(t), lockID()
+	if _, ok, err := s.Load(ctx, id, true); err != nil || ok {
+		t.Fatalf("Load of a lock never granted: ok %v, err %v; want no record", ok, err)
+	}
+	first := held("a", 100, 1)
+	applied, _, _, err := s.CompareAndSwap(ctx, id, lock.Record{}, first)
+	if err != nil || !applied {
+		t.Fatalf("creating the record: applied %v, err %v", applied, err)
+	}
+	// A second create finds the record and says what it is.
+	applied, cur, ok, err := s.CompareAndSwap(ctx, id, lock.Record{}, held("b", 100, 1))
+	if err != nil || applied || !ok || !sameRecord(cur, first) {
+		t.Fatalf("second create: applied %v, current %+v (ok %v), err %v; want not applied, current %+v", applied, cur, ok, err, first)
+	}
+	got, ok, err := s.Load(ctx, id, true)
+	if err != nil || !ok || !sameRecord(got, first) {
+		t.Fatalf("Load: %+v, ok %v, err %v; want %+v", got, ok, err, first)
+	}
+}
+
+// casCompares: a conditional write applies only when version, owner, token, revoked flag and
+// lease all match the stored record; any single difference leaves the record as it was and
+// reports it.
+func casCompares(t *testing.T, s lock.Store) {
+	ctx, id := ctxFor(t), lockID()
+	stored := held("a", 100, 1)
+	if applied, _, _, err := s.CompareAndSwap(ctx, id, lock.Record{}, stored); err != nil || !applied {
+		t.Fatalf("creating the record: applied %v, err %v", applied, err)
+	}
+	next := held("", 100, 2)
+	for _, c := range []struct {
+		name   string
+		change func(*lock.Record)
+	}{
+		{"version", func(r *lock.Record) { r.Version++ }},
+		{"owner", func(r *lock.Record) { r.Owner = "b" }},
+		{"token", func(r *lock.Record) { r.Token++ }},
+		{"revoked", func(r *lock.Record) { r.Revoked = true }},
+		{"lease", func(r *lock.Record) { r.Lease = time.Second }},
+	} {
+		name, prev := c.name, stored
+		c.change(&prev)
+		applied, cur, ok, err := s.CompareAndSwap(ctx, id, prev, next)
+		if err != nil || applied || !ok || !sameRecord(cur, stored) {
+			t.Errorf("expecting a record with another %s: applied %v, current %+v (ok %v), err %v; want not applied, current %+v",
+				name, applied, cur, ok, err, stored)
+		}
+	}
+	if applied, _, _, err := s.CompareAndSwap(ctx, id, stored, next); err != nil || !applied {
+		t.Fatalf("expecting the stored record exactly: applied %v, err %v", applied, err)
+	}
+	if got, _, err := s.Load(ctx, id, true); err != nil || !sameRecord(got, next) {
+		t.Fatalf("after the write: %+v, %v; want %+v", got, err, next)
+	}
+}
+
+func queueOrder(t *testing.T, s lock.Store) {
+	ctx, id := ctxFor(t), lockID()
+	entries := []lock.QueueEntry{{Enqueued: 30, Owner: "c"}, {Enqueued: 10, Owner: "b"}, {Enqueued: 20, Owner: "a"}, {Enqueued: 10, Owner: "a"}}
+	for _, e := range entries {
+		if err := s.Enqueue(ctx, id, e, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := slices.Clone(entries)
+	slices.SortFunc(want, func(a, b lock.QueueEntry) int {
+		if a.Less(b) {
+			return -1
+		}
+		return 1
+	})
+	got, err := s.Queue(ctx, id, 10)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Queue: %v, %v; want %v (by enqueue time, then owner)", got, err, want)
+	}
+	if got, err := s.Queue(ctx, id, 2); err != nil || !slices.Equal(got, want[:2]) {
+		t.Fatalf("Queue with limit 2: %v, %v; want %v", got, err, want[:2])
+	}
+	// Rewriting an entry (a waiter's refresh) keeps one entry.
+	if err := s.Enqueue(ctx, id, entries[0], time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Queue(ctx, id, 10); err != nil || len(got) != len(entries) {
+		t.Fatalf("after a refresh: %v, %v; want %d entries", got, err, len(entries))
+	}
+}
+
+func dequeue(t *testing.T, s lock.Store) {
+	ctx, id := ctxFor(t), lockID()
+	a, b := lock.QueueEntry{Enqueued: 1, Owner: "a"}, lock.QueueEntry{Enqueued: 2, Owner: "b"}
+	for _, e := range []lock.QueueEntry{a, b} {
+		if err := s.Enqueue(ctx, id, e, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Dequeue(ctx, id, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Dequeue(ctx, id, a); err != nil {
+		t.Errorf("removing a missing entry: %v", err)
+	}
+	if got, err := s.Queue(ctx, id, 10); err != nil || !slices.Equal(got, []lock.QueueEntry{b}) {
+		t.Fatalf("Queue: %v, %v; want [%v]", got, err, b)
+	}
+}
+
+// sameRecord compares what the lock decides on; the display-only times are left out.
+func sameRecord(a, b lock.Record) bool {
+	return a.Owner == b.Owner && a.Token == b.Token && a.Version == b.Version && a.Lease == b.Lease && a.Revoked == b.Revoked
+}

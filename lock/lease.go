@@ -22,6 +22,9 @@ type Lease struct {
 	token  int64
 	done   chan struct{}
 	exited chan struct{}
+	// dequeued is closed once the acquisition's queue entry has been removed (or its removal
+	// failed): the record is given back only after that.
+	dequeued <-chan struct{}
 
 	mu         sync.Mutex
 	rec        Record    // the last record this lease knows it wrote
@@ -38,10 +41,10 @@ type write struct {
 	sent time.Time
 }
 
-func startLease(l *Locker, lockID string, rec Record, sent time.Time) *Lease {
+func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}) *Lease {
 	lease := &Lease{
 		l: l, lockID: lockID, token: rec.Token, rec: rec,
-		done: make(chan struct{}), exited: make(chan struct{}),
+		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued,
 	}
 	l.opts.log.Info("lock acquired", "lock", lockID, "token", rec.Token, "owner", rec.Owner)
 	lease.mu.Lock()
@@ -329,6 +332,12 @@ func (s *Lease) release() {
 	s.mu.Unlock()
 	if errors.Is(reason, ErrOwnershipLost) || errors.Is(reason, ErrRevoked) {
 		return // the record is not ours any more
+	}
+	// Our queue entry goes first (it was being removed since the grant, and is normally gone
+	// long before): a waiter woken by the release must not find us still ahead of it.
+	select {
+	case <-s.dequeued:
+	case <-ctx.Done():
 	}
 	for {
 		if pending != nil {

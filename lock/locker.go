@@ -484,8 +484,12 @@ func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lea
 	l.mu.Lock()
 	delete(l.observed, a.lockID)
 	l.mu.Unlock()
-	a.leaveQueue(ctx) // wakes the next waiter: it is the head now
-	lease := startLease(l, a.lockID, next, sent)
+	// The grant is the owner record alone; our queue entry only tells later arrivals that we are
+	// ahead of them, so it is removed after Acquire returns, off the critical path. The lease
+	// waits for the removal before it gives the record back, so that the next waiter does not
+	// find us still ahead of it then.
+	dequeued := a.leaveQueueInBackground(ctx)
+	lease := startLease(l, a.lockID, next, sent, dequeued)
 	if err := ctx.Err(); err != nil {
 		// Granted, but our caller is gone: give the record back at once rather than leave a grant
 		// that nobody renews or releases to block the lock for a lease.
@@ -519,15 +523,37 @@ func (a *acquisition) leaveQueue(ctx context.Context) {
 	if !a.queued {
 		return
 	}
-	l := a.l
 	a.queued = false
-	ctx = context.WithoutCancel(ctx)
-	if _, err := request(ctx, l, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, l.store.Dequeue(ctx, a.lockID, a.entry)
-	}); err != nil {
-		l.opts.log.V(1).Info("leaving queue failed; the entry ages out", "lock", a.lockID, "err", err.Error())
+	a.l.dequeue(context.WithoutCancel(ctx), a.lockID, a.entry)
+}
+
+// leaveQueueInBackground is leaveQueue in a goroutine of its own, bounded by the request timeout.
+// The returned channel is closed when the entry is gone (or the removal failed); at once when we
+// were not queued.
+func (a *acquisition) leaveQueueInBackground(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	if !a.queued {
+		close(done)
+		return done
 	}
-	l.opts.waker.Notify(a.lockID)
+	a.queued = false
+	l, lockID, entry := a.l, a.lockID, a.entry
+	go func() {
+		defer close(done)
+		l.dequeue(context.WithoutCancel(ctx), lockID, entry)
+	}()
+	return done
+}
+
+// dequeue removes a queue entry of ours and wakes the waiters of the lock: the head may have
+// changed.
+func (l *Locker) dequeue(ctx context.Context, lockID string, e QueueEntry) {
+	if _, err := request(ctx, l, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.store.Dequeue(ctx, lockID, e)
+	}); err != nil {
+		l.opts.log.V(1).Info("leaving queue failed; the entry ages out", "lock", lockID, "err", err.Error())
+	}
+	l.opts.waker.Notify(lockID)
 }
 
 // position returns how many entries of other owners are ahead of ours and whether ours is in the

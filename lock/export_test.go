@@ -41,3 +41,9 @@ func WithMutation(name string) Option {
 		o.mutations |= m
 	}
 }
+
+// WithoutFairnessGuard keeps a CAS-first grant even when others are queued, so that the fairness
+// test can show it would fail without the guard.
+func WithoutFairnessGuard() Option {
+	return func(o *options) { o.mutations |= mutBargeAhead }
+}

@@ -25,6 +25,9 @@ type Lease struct {
 	// dequeued is closed once the acquisition's queue entry has been removed (or its removal
 	// failed): the record is given back only after that.
 	dequeued <-chan struct{}
+	// othersQueued: other owners were queued when we were granted, so our release hands over to
+	// them, and this Locker's next acquisition must not start from the free record (casFirst).
+	othersQueued bool
 
 	mu         sync.Mutex
 	rec        Record    // the last record this lease knows it wrote
@@ -41,10 +44,10 @@ type write struct {
 	sent time.Time
 }
 
-func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}) *Lease {
+func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}, othersQueued bool) *Lease {
 	lease := &Lease{
 		l: l, lockID: lockID, token: rec.Token, rec: rec,
-		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued,
+		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued, othersQueued: othersQueued,
 	}
 	l.opts.log.Info("lock acquired", "lock", lockID, "token", rec.Token, "owner", rec.Owner)
 	lease.mu.Lock()
@@ -358,6 +361,9 @@ func (s *Lease) release() {
 		applied, _, _, err := s.l.cas(ctx, s.lockID, rec, next)
 		if err == nil {
 			if applied {
+				if !s.othersQueued {
+					s.l.rememberFree(s.lockID, next)
+				}
 				o.waker.Notify(s.lockID)
 			}
 			return

@@ -24,6 +24,7 @@ type Locker struct {
 	rng         *rand.Rand
 	held        map[string]*Lease // lock ID → live lease; nil while an acquisition is running
 	observed    map[string]observation
+	free        map[string]Record // lock ID → the free record our last release wrote (see casFirst)
 	lastEnqueue int64
 }
 
@@ -55,6 +56,7 @@ func New(store Store, owner Owner, opts ...Option) (*Locker, error) {
 		rng:      rand.New(rand.NewPCG(seed, seed>>1|1)),
 		held:     make(map[string]*Lease),
 		observed: make(map[string]observation),
+		free:     make(map[string]Record),
 	}, nil
 }
 
@@ -218,6 +220,8 @@ type acquisition struct {
 	enqueuedAt  time.Time // Locker clock; when the entry was last written
 	wasHead     bool      // at the last queue read nobody was ahead of us
 	queueReadAt time.Time // Locker clock; when the queue was last read
+	othersSeen  bool      // the last queue read held entries of other owners
+	triedFirst  bool      // the CAS-first attempt (casFirst) has been made or ruled out
 }
 
 // acquire is the acquire loop: it makes steps (docs/design.md, Acquire) until granted, until a
@@ -258,6 +262,14 @@ func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 // attempt. In try mode every "not now" is ErrLocked.
 func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	l := a.l
+	if !a.triedFirst {
+		a.triedFirst = true
+		if free, ok := l.takeFree(a.lockID); ok && !a.queued {
+			if lease, wait, err, done := a.casFirst(ctx, free); done {
+				return lease, wait, err
+			}
+		}
+	}
 	// 1. Keep our queue entry alive while we wait.
 	if a.queued && l.opts.clock.Since(a.enqueuedAt) >= l.opts.queueEntryTTL/3 {
 		if err := a.enqueue(ctx); err != nil {
@@ -288,6 +300,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 		return nil, 0, fmt.Errorf("lock %s: reading queue: %w", a.lockID, err)
 	}
 	a.queueReadAt = now
+	a.othersSeen = othersIn(queue, l.owner)
 	ahead, found := position(queue, a.entry, l.owner)
 	if a.queued && !found && len(queue) >= queueReadLimit && queue[len(queue)-1].Less(a.entry) {
 		// Deeper in the queue than one read reaches: our entry is there, it just was not read.
@@ -443,9 +456,20 @@ func FirstToken(wall time.Time) int64 { return max(1, wall.UnixMicro()) }
 // grant writes this owner into the owner record with the next token. It returns nil, nil when
 // another writer won the race.
 func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lease, error) {
+	next, sent, applied, _, _, err := a.writeGrant(ctx, prev, exists)
+	if err != nil || !applied {
+		return nil, err
+	}
+	return a.granted(ctx, next, sent)
+}
+
+// writeGrant is the conditional write of a grant on prev, its outcome settled when unknown. It
+// returns the record it wrote and when it sent it; when it did not apply, the record found
+// instead (ok false when there is none).
+func (a *acquisition) writeGrant(ctx context.Context, prev Record, exists bool) (next Record, sent time.Time, applied bool, cur Record, ok bool, err error) {
 	l := a.l
 	wall := l.opts.wallClock()
-	next := Record{
+	next = Record{
 		Owner: l.owner.String(), Token: prev.Token + 1, Version: prev.Version + 1,
 		Lease: l.opts.lease, GrantedAt: wall, RenewedAt: wall,
 	}
@@ -455,8 +479,8 @@ func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lea
 	} else if l.opts.mutations.has(mutTokenNotBumped) {
 		next.Token = prev.Token
 	}
-	sent := l.opts.clock.Now()
-	applied, cur, ok, err := l.cas(ctx, a.lockID, prev, next)
+	sent = l.opts.clock.Now()
+	applied, cur, ok, err = l.cas(ctx, a.lockID, prev, next)
 	if l.opts.mutations.has(mutFenceFromReceive) {
 		sent = l.opts.clock.Now()
 	}
@@ -471,16 +495,19 @@ func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lea
 		if serr != nil {
 			// We may hold the record without knowing it; nobody claims it, and it expires by
 			// observation after one lease.
-			return nil, serr
+			return next, sent, false, Record{}, false, serr
 		}
 		applied = ok && cur.sameState(next)
 	}
-	if !applied {
-		if ok {
-			l.observe(a.lockID, cur, l.opts.clock.Now())
-		}
-		return nil, nil
+	if !applied && ok {
+		l.observe(a.lockID, cur, l.opts.clock.Now())
 	}
+	return next, sent, applied, cur, ok, nil
+}
+
+// granted turns a grant that applied (next, sent at sent) into the caller's lease.
+func (a *acquisition) granted(ctx context.Context, next Record, sent time.Time) (*Lease, error) {
+	l := a.l
 	l.mu.Lock()
 	delete(l.observed, a.lockID)
 	l.mu.Unlock()
@@ -489,7 +516,7 @@ func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lea
 	// waits for the removal before it gives the record back, so that the next waiter does not
 	// find us still ahead of it then.
 	dequeued := a.leaveQueueInBackground(ctx)
-	lease := startLease(l, a.lockID, next, sent, dequeued)
+	lease := startLease(l, a.lockID, next, sent, dequeued, a.othersSeen)
 	if err := ctx.Err(); err != nil {
 		// Granted, but our caller is gone: give the record back at once rather than leave a grant
 		// that nobody renews or releases to block the lock for a lease.
@@ -501,6 +528,115 @@ func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lea
 		return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
 	}
 	return lease, nil
+}
+
+// casFirst is the first step of an acquisition that starts where this Locker's own release left
+// the lock: free, with nobody queued that we knew of. Instead of reading the record and then
+// writing the grant, it sends the grant, conditioned on exactly the free record we wrote, together
+// with a queue read: one round trip instead of two. The condition keeps it safe (the write applies
+// only if nothing changed since our release: rule 1); the queue read keeps it fair (rule 6): if
+// another owner is queued, the grant is given straight back and we queue behind them. done is
+// false when the guess was stale or the store failed: the normal step then decides, from scratch.
+func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, wait time.Duration, err error, done bool) {
+	l := a.l
+	type written struct {
+		next    Record
+		sent    time.Time
+		applied bool
+		err     error
+	}
+	grant := make(chan written, 1)
+	go func() {
+		var w written
+		w.next, w.sent, w.applied, _, _, w.err = a.writeGrant(ctx, free, true)
+		grant <- w
+	}()
+	queue, qerr := request(ctx, l, func(ctx context.Context) ([]QueueEntry, error) {
+		return l.store.Queue(ctx, a.lockID, queueReadLimit)
+	})
+	w := <-grant
+	if w.err != nil || !w.applied {
+		return nil, 0, nil, false
+	}
+	if qerr != nil {
+		// Granted, but whether someone is queued is unknown: keep the grant (fairness is best
+		// effort when the store fails; safety does not depend on it).
+		l.opts.log.V(1).Info("queue read failed beside a granted CAS-first; keeping the grant", "lock", a.lockID, "err", qerr.Error())
+		lease, err := a.granted(ctx, w.next, w.sent)
+		return lease, 0, err, true
+	}
+	a.queueReadAt, a.othersSeen = l.opts.clock.Now(), othersIn(queue, l.owner)
+	ahead, _ := position(queue, a.entry, l.owner)
+	if ahead == 0 || l.opts.mutations.has(mutBargeAhead) {
+		lease, err := a.granted(ctx, w.next, w.sent)
+		return lease, 0, err, true
+	}
+	// The fairness guard: others were queued, so the grant goes straight back and we join them.
+	// Nobody saw it: no lease was started, and its token is simply never used.
+	l.opts.log.V(1).Info("CAS-first grant given back: others are queued", "lock", a.lockID, "ahead", ahead, "token", w.next.Token)
+	if gerr := l.giveBack(ctx, a.lockID, w.next); gerr != nil {
+		l.opts.log.V(1).Info("giving back a CAS-first grant failed; it expires by observation", "lock", a.lockID, "err", gerr.Error())
+	}
+	l.opts.waker.Notify(a.lockID)
+	a.wasHead = false
+	if !a.block {
+		return nil, 0, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead), true
+	}
+	return nil, l.opts.waiterPoll, a.enqueue(ctx), true
+}
+
+// giveBack writes the free record after rec, a grant of ours that nobody holds, settling an
+// unknown outcome; it gives up after one lease (the record then expires by observation).
+func (l *Locker) giveBack(ctx context.Context, lockID string, rec Record) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.lease)
+	defer cancel()
+	for {
+		next := Record{Token: rec.Token, Version: rec.Version + 1, GrantedAt: rec.GrantedAt, RenewedAt: l.opts.wallClock()}
+		applied, _, _, err := l.cas(ctx, lockID, rec, next)
+		if err == nil {
+			if !applied {
+				return nil // not ours any more
+			}
+			return nil
+		}
+		cur, ok, serr := l.settle(ctx, lockID)
+		switch {
+		case serr != nil:
+			return serr
+		case ok && cur.sameState(next):
+			return nil
+		case !(ok && cur.sameState(rec)):
+			return nil // someone else's record now
+		}
+	}
+}
+
+// rememberFree records the free record a release of ours wrote, when nobody else was queued as
+// far as we knew: the next acquisition of the lock by this Locker may start from it (casFirst).
+func (l *Locker) rememberFree(lockID string, free Record) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.free[lockID] = free
+}
+
+// takeFree returns and forgets the free record remembered for lockID.
+func (l *Locker) takeFree(lockID string) (Record, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rec, ok := l.free[lockID]
+	delete(l.free, lockID)
+	return rec, ok
+}
+
+// othersIn reports whether queue holds an entry of another owner.
+func othersIn(queue []QueueEntry, owner Owner) bool {
+	self := owner.String()
+	for _, e := range queue {
+		if e.Owner != self {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *acquisition) enqueue(ctx context.Context) error {

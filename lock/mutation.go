@@ -29,6 +29,10 @@ const (
 	mutPeerTimestampExpiry
 	// mutTokenNotBumped: a grant keeps the previous grant's token.
 	mutTokenNotBumped
+	// mutBargeAhead: a CAS-first grant is kept although others are queued (no fairness guard).
+	// Unfair, not unsafe: the fairness test uses it (WithoutFairnessGuard), the simulation's
+	// mutation test does not.
+	mutBargeAhead
 )
 
 func (m mutations) has(x mutations) bool { return m&x != 0 }

@@ -265,7 +265,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	if !a.triedFirst {
 		a.triedFirst = true
 		if free, ok := l.takeFree(a.lockID); ok && !a.queued {
-			if lease, wait, err, done := a.casFirst(ctx, free); done {
+			if lease, wait, done, err := a.casFirst(ctx, free); done {
 				return lease, wait, err
 			}
 		}
@@ -537,7 +537,7 @@ func (a *acquisition) granted(ctx context.Context, next Record, sent time.Time) 
 // only if nothing changed since our release: rule 1); the queue read keeps it fair (rule 6): if
 // another owner is queued, the grant is given straight back and we queue behind them. done is
 // false when the guess was stale or the store failed: the normal step then decides, from scratch.
-func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, wait time.Duration, err error, done bool) {
+func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, wait time.Duration, done bool, err error) {
 	l := a.l
 	type written struct {
 		next    Record
@@ -556,20 +556,20 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 	})
 	w := <-grant
 	if w.err != nil || !w.applied {
-		return nil, 0, nil, false
+		return nil, 0, false, nil
 	}
 	if qerr != nil {
 		// Granted, but whether someone is queued is unknown: keep the grant (fairness is best
 		// effort when the store fails; safety does not depend on it).
 		l.opts.log.V(1).Info("queue read failed beside a granted CAS-first; keeping the grant", "lock", a.lockID, "err", qerr.Error())
 		lease, err := a.granted(ctx, w.next, w.sent)
-		return lease, 0, err, true
+		return lease, 0, true, err
 	}
 	a.queueReadAt, a.othersSeen = l.opts.clock.Now(), othersIn(queue, l.owner)
 	ahead, _ := position(queue, a.entry, l.owner)
 	if ahead == 0 || l.opts.mutations.has(mutBargeAhead) {
 		lease, err := a.granted(ctx, w.next, w.sent)
-		return lease, 0, err, true
+		return lease, 0, true, err
 	}
 	// The fairness guard: others were queued, so the grant goes straight back and we join them.
 	// Nobody saw it: no lease was started, and its token is simply never used.
@@ -580,9 +580,9 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 	l.opts.waker.Notify(a.lockID)
 	a.wasHead = false
 	if !a.block {
-		return nil, 0, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead), true
+		return nil, 0, true, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead)
 	}
-	return nil, l.opts.waiterPoll, a.enqueue(ctx), true
+	return nil, l.opts.waiterPoll, true, a.enqueue(ctx)
 }
 
 // giveBack writes the free record after rec, a grant of ours that nobody holds, settling an
@@ -592,12 +592,9 @@ func (l *Locker) giveBack(ctx context.Context, lockID string, rec Record) error 
 	defer cancel()
 	for {
 		next := Record{Token: rec.Token, Version: rec.Version + 1, GrantedAt: rec.GrantedAt, RenewedAt: l.opts.wallClock()}
-		applied, _, _, err := l.cas(ctx, lockID, rec, next)
+		_, _, _, err := l.cas(ctx, lockID, rec, next)
 		if err == nil {
-			if !applied {
-				return nil // not ours any more
-			}
-			return nil
+			return nil // given back, or (not applied) not ours any more
 		}
 		cur, ok, serr := l.settle(ctx, lockID)
 		switch {

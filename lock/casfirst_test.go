@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -88,10 +89,75 @@ func TestCASFirstAfterOwnRelease(t *testing.T) {
 	})
 }
 
+// TestNoCASFirstWhenOthersWait: when the release's queue read shows another owner waiting, the
+// releaser's next acquisition does not start from the free record (the head is about to take
+// it): it reads the record and the queue like any newcomer, and queues behind the waiter.
+func TestNoCASFirstWhenOthersWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		store := &countingStore{Store: mem.Client(1, fastFaults), n: map[string]int{}}
+		holder, _ := lock.New(store, lock.Owner{Identity: "holder", Incarnation: "1"}, lock.WithLease(3*time.Second))
+		waiter, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "waiter", Incarnation: "1"}, lock.WithLease(3*time.Second))
+		first, err := holder.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l, err := waiter.Acquire(ctx, "x")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+			_ = l.Release(ctx)
+		}()
+		defer func() { <-done }()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // virtual time
+			if q, _ := mem.Client(3, memstore.Faults{}).Queue(ctx, "x", 10); len(q) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the waiter did not queue within a minute")
+			}
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		store.reset()
+		again, err := holder.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := store.reset()
+		_ = again.Release(ctx)
+		if got["cas"] != 1 || got["load"] == 0 {
+			t.Errorf("the next acquisition made %v store requests, want one conditional write (its grant, after the waiter's turn) after reading the record: "+
+				"a CAS-first from the free record would have been given straight back", got)
+		}
+	})
+}
+
+// blindQueueStore reads an empty queue while blind is set: a queue read that just missed an entry.
+type blindQueueStore struct {
+	lock.Store
+	blind atomic.Bool
+}
+
+func (s *blindQueueStore) Queue(ctx context.Context, lockID string, limit int) ([]lock.QueueEntry, error) {
+	if s.blind.Load() {
+		return nil, nil
+	}
+	return s.Store.Queue(ctx, lockID, limit)
+}
+
 // TestCASFirstGivesWayToTheQueue: the fairness guard. A waiter queues while the holder holds;
-// the holder releases and at once asks again, starting from its own free record. Its CAS-first
-// grant applies before the waiter notices the release, but the queue read beside it shows the
-// waiter, so the grant is given straight back and the waiter is granted first. Without the guard
+// the holder's release reads the queue without seeing it (the entry landed just after), so the
+// holder, asking again at once, starts from its own free record. Its CAS-first grant applies
+// before the waiter notices the release, but the queue read beside it shows the waiter, so the
+// grant is given straight back and the waiter is granted first. Without the guard
 // (WithoutFairnessGuard) the holder would take the lock back ahead of the queue, which the test
 // checks too, so that it is known to be able to fail.
 func TestCASFirstGivesWayToTheQueue(t *testing.T) {
@@ -108,7 +174,8 @@ func TestCASFirstGivesWayToTheQueue(t *testing.T) {
 				if !guard {
 					opts = append(opts, lock.WithoutFairnessGuard())
 				}
-				holder, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "holder", Incarnation: "1"}, opts...)
+				holderStore := &blindQueueStore{Store: mem.Client(1, fastFaults)}
+				holder, _ := lock.New(holderStore, lock.Owner{Identity: "holder", Incarnation: "1"}, opts...)
 				waiter, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "waiter", Incarnation: "1"}, lock.WithLease(3*time.Second))
 				first, err := holder.Acquire(ctx, "x")
 				if err != nil {
@@ -136,9 +203,11 @@ func TestCASFirstGivesWayToTheQueue(t *testing.T) {
 						t.Fatal("the waiter did not queue within a minute")
 					}
 				}
+				holderStore.blind.Store(true)
 				if err := first.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
+				holderStore.blind.Store(false)
 				again, err := holder.Acquire(ctx, "x")
 				if err != nil {
 					t.Fatal(err)

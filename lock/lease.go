@@ -342,6 +342,19 @@ func (s *Lease) release() {
 	case <-s.dequeued:
 	case <-ctx.Done():
 	}
+	// Whether anyone is queued decides whether this Locker's next acquisition may start from
+	// the free record we are about to write (casFirst): read the queue beside the release, unless
+	// we knew of waiters already.
+	var othersQueued chan bool
+	if !s.othersQueued {
+		othersQueued = make(chan bool, 1)
+		go func() {
+			queue, err := request(ctx, s.l, func(ctx context.Context) ([]QueueEntry, error) {
+				return s.l.store.Queue(ctx, s.lockID, queueReadLimit)
+			})
+			othersQueued <- err != nil || othersIn(queue, s.l.owner)
+		}()
+	}
 	for {
 		if pending != nil {
 			cur, ok, err := s.l.settle(ctx, s.lockID)
@@ -361,10 +374,10 @@ func (s *Lease) release() {
 		applied, _, _, err := s.l.cas(ctx, s.lockID, rec, next)
 		if err == nil {
 			if applied {
-				if !s.othersQueued {
+				o.waker.Notify(s.lockID)
+				if othersQueued != nil && !<-othersQueued {
 					s.l.rememberFree(s.lockID, next)
 				}
-				o.waker.Notify(s.lockID)
 			}
 			return
 		}

@@ -562,14 +562,12 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 		// Granted, but whether someone is queued is unknown: keep the grant (fairness is best
 		// effort when the store fails; safety does not depend on it).
 		l.opts.log.V(1).Info("queue read failed beside a granted CAS-first; keeping the grant", "lock", a.lockID, "err", qerr.Error())
-		lease, err := a.granted(ctx, w.next, w.sent)
-		return lease, 0, true, err
+		return a.grantedFirst(ctx, w.next, w.sent)
 	}
 	a.queueReadAt, a.othersSeen = l.opts.clock.Now(), othersIn(queue, l.owner)
 	ahead, _ := position(queue, a.entry, l.owner)
 	if ahead == 0 || l.opts.mutations.has(mutBargeAhead) {
-		lease, err := a.granted(ctx, w.next, w.sent)
-		return lease, 0, true, err
+		return a.grantedFirst(ctx, w.next, w.sent)
 	}
 	// The fairness guard: others were queued, so the grant goes straight back and we join them.
 	// Nobody saw it: no lease was started, and its token is simply never used.
@@ -583,6 +581,17 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 		return nil, 0, true, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead)
 	}
 	return nil, l.opts.waiterPoll, true, a.enqueue(ctx)
+}
+
+// grantedFirst is granted for casFirst, with contend's rule: a lease that ran out before its
+// grant's response came back is never handed out; the record names us, so the next step grants
+// again at once with a new token.
+func (a *acquisition) grantedFirst(ctx context.Context, next Record, sent time.Time) (*Lease, time.Duration, bool, error) {
+	lease, err := a.granted(ctx, next, sent)
+	if lease != nil && lease.Err() != nil {
+		return nil, 0, true, nil
+	}
+	return lease, 0, true, err
 }
 
 // giveBack writes the free record after rec, a grant of ours that nobody holds, settling an

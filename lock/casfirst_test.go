@@ -115,14 +115,7 @@ func TestNoCASFirstWhenOthersWait(t *testing.T) {
 			_ = l.Release(ctx)
 		}()
 		defer func() { <-done }()
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // virtual time
-			if q, _ := mem.Client(3, memstore.Faults{}).Queue(ctx, "x", 10); len(q) == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the waiter did not queue within a minute")
-			}
-		}
+		waitQueued(t, mem, 1) // the waiter has queued
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -195,14 +188,7 @@ func TestCASFirstGivesWayToTheQueue(t *testing.T) {
 					_ = l.Release(ctx)
 				}()
 				defer func() { <-done }()
-				for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // virtual time
-					if q, _ := mem.Client(3, memstore.Faults{}).Queue(ctx, "x", 10); len(q) == 1 {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("the waiter did not queue within a minute")
-					}
-				}
+				waitQueued(t, mem, 1) // the waiter has queued
 				holderStore.blind.Store(true)
 				if err := first.Release(ctx); err != nil {
 					t.Fatal(err)
@@ -224,5 +210,18 @@ func TestCASFirstGivesWayToTheQueue(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// waitQueued waits (virtual time, at most a minute) until lock x's queue holds n entries.
+func waitQueued(t *testing.T, mem *memstore.Store, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if q, _ := mem.Client(3, memstore.Faults{}).Queue(context.Background(), "x", 10); len(q) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock x's queue did not reach %d entries within a minute", n)
+		}
 	}
 }

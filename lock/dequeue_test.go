@@ -50,14 +50,7 @@ func TestDequeueIsOffTheCriticalPath(t *testing.T) {
 			}
 			granted <- l
 		}()
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // virtual time
-			if q, _ := mem.Client(3, memstore.Faults{}).Queue(ctx, "x", 10); len(q) == 1 {
-				break // the waiter has queued
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the waiter did not queue within a minute")
-			}
-		}
+		waitQueued(t, mem, 1) // the waiter has queued
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -332,10 +332,16 @@ func (d *demo) timeline(ctx context.Context, s batonv1.LockStatus) {
 // kubectlRun runs the real kubectl against the local control plane and prints the command and
 // its output.
 func (d *demo) kubectlRun(ctx context.Context, args ...string) {
-	fmt.Fprintf(d.out, "\n$ kubectl %s\n", strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.cl.Kubeconfig}, args...)...)
-	cmd.Stdout, cmd.Stderr = d.out, d.out
+	runKubectl(ctx, d.out, d.kubectl, d.cl.Kubeconfig, args...)
+}
+
+// runKubectl runs kubectl with kubeconfig and prints the command and its output to out; a
+// failure is printed, not returned: the demo shows it and goes on.
+func runKubectl(ctx context.Context, out io.Writer, kubectl, kubeconfig string, args ...string) {
+	fmt.Fprintf(out, "\n$ kubectl %s\n", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(d.out, "(kubectl: %v)\n", err)
+		fmt.Fprintf(out, "(kubectl: %v)\n", err)
 	}
 }

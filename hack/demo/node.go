@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -408,10 +407,5 @@ func (d *nodeDemo) waitForOneReady(ctx context.Context, replicas int) (string, e
 // kubectlRun runs the real kubectl against the node's API server and prints the command and its
 // output.
 func (d *nodeDemo) kubectlRun(ctx context.Context, args ...string) {
-	fmt.Fprintf(d.out, "\n$ kubectl %s\n", strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.node.Kubeconfig}, args...)...)
-	cmd.Stdout, cmd.Stderr = d.out, d.out
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(d.out, "(kubectl: %v)\n", err)
-	}
+	runKubectl(ctx, d.out, d.kubectl, d.node.Kubeconfig, args...)
 }

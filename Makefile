@@ -54,7 +54,7 @@ test: check install-deps ## all tests, race detector on, against real Cassandra 
 	$(GO) test -count=1 -timeout 30m -v $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -E '$(NORACE)') 2>&1 | tee -a $(OUT)/test.log \
 	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|cassandra |\s+\S+_test\.go:[0-9]+: )' || true
 	@! grep -qE '^(FAIL|panic:|--- FAIL)' $(OUT)/test.log
-	@for target in internal/sidecarapi:FuzzHandler lock:FuzzParseOwner lock:FuzzValidateLockID; do \
+	@for target in internal/sidecarapi:FuzzHandler lock:FuzzParseOwner lock:FuzzValidateLockID lock/hintudp:FuzzParseHint; do \
 	  pkg=$${target%%:*}; fn=$${target##*:}; \
 	  echo "fuzz $$fn ($(FUZZTIME))"; \
 	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1 | tail -n 3 | tee -a $(OUT)/test.log; \

@@ -9,7 +9,7 @@ import (
 // FuzzParseOwner: an owner string either parses into an owner that prints back as the same string,
 // or is rejected; it never panics. Owner strings come back from the store.
 func FuzzParseOwner(f *testing.F) {
-	for _, s := range []string{"ns/pod/uid#0a1b2c", "a#b#c", "#", "", "x#", "\xff#1", "a b#1"} {
+	for _, s := range []string{"ns/pod/uid#0a1b2c", "a#b#c", "#", "", "x#", "\xff#1", "a b#1", "a#1\n", "a#b c"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -20,8 +20,8 @@ func FuzzParseOwner(f *testing.F) {
 		if o.String() != s {
 			t.Fatalf("ParseOwner(%q) = %+v, prints back as %q", s, o, o.String())
 		}
-		if lock.ValidateLockID(o.Identity) != nil {
-			t.Fatalf("ParseOwner(%q) accepted identity %q that is not valid text", s, o.Identity)
+		if lock.ValidateLockID(o.Identity) != nil || lock.ValidateLockID(o.Incarnation) != nil {
+			t.Fatalf("ParseOwner(%q) accepted identity %q or incarnation %q that is not valid text", s, o.Identity, o.Incarnation)
 		}
 	})
 }

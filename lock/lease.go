@@ -25,9 +25,10 @@ type Lease struct {
 	// dequeued is closed once the acquisition's queue entry has been removed (or its removal
 	// failed): the record is given back only after that.
 	dequeued <-chan struct{}
-	// othersQueued: other owners were queued when we were granted, so our release hands over to
-	// them, and this Locker's next acquisition must not start from the free record (casFirst).
-	othersQueued bool
+	// queue is what the acquisition last read of the queue: whether others were queued (our release
+	// then hands over to them, and this Locker's next acquisition must not start from the free
+	// record: casFirst), and who is next, to be told when the record is given back.
+	queue queueView
 
 	mu         sync.Mutex
 	rec        Record    // the last record this lease knows it wrote
@@ -44,10 +45,17 @@ type write struct {
 	sent time.Time
 }
 
-func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}, othersQueued bool) *Lease {
+// queueView is an acquisition's last read of the queue.
+type queueView struct {
+	read       time.Time // Locker clock; when it was read
+	othersSeen bool      // it held entries of other owners
+	next       QueueEntry
+}
+
+func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}, queue queueView) *Lease {
 	lease := &Lease{
 		l: l, lockID: lockID, token: rec.Token, rec: rec,
-		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued, othersQueued: othersQueued,
+		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued, queue: queue,
 	}
 	l.opts.log.Info("lock acquired", "lock", lockID, "token", rec.Token, "owner", rec.Owner)
 	lease.mu.Lock()
@@ -324,8 +332,8 @@ func lossReason(cur Record, ok bool, owner Owner, token int64) error {
 }
 
 // release is the release loop: after the lease ended it gives the owner record back, so that the
-// next waiter need not wait for expiry. It settles an outstanding write first and gives up after
-// one lease.
+// next waiter need not wait for expiry, and tells the next waiter (HintFree). It settles an
+// outstanding write first and gives up after one lease.
 func (s *Lease) release() {
 	o := s.l.opts
 	ctx, cancel := context.WithTimeout(context.Background(), o.lease)
@@ -342,51 +350,46 @@ func (s *Lease) release() {
 	case <-s.dequeued:
 	case <-ctx.Done():
 	}
-	// Whether anyone is queued decides whether this Locker's next acquisition may start from
-	// the free record we are about to write (casFirst): read the queue beside the release, unless
-	// we knew of waiters already.
-	var othersQueued chan bool
-	if !s.othersQueued {
-		othersQueued = make(chan bool, 1)
+	// Whether anyone is queued decides whether this Locker's next acquisition may start from the
+	// free record we are about to write (casFirst), and who is told that it is free: read the
+	// queue beside the release unless the acquisition's read is recent and showed waiters.
+	type queueRead struct {
+		queue []QueueEntry
+		err   error
+	}
+	var fresh chan queueRead
+	if !s.queue.othersSeen || o.clock.Since(s.queue.read) > o.waiterPoll {
+		fresh = make(chan queueRead, 1)
 		go func() {
-			queue, err := request(ctx, s.l, func(ctx context.Context) ([]QueueEntry, error) {
+			var r queueRead
+			r.queue, r.err = request(ctx, s.l, func(ctx context.Context) ([]QueueEntry, error) {
 				return s.l.store.Queue(ctx, s.lockID, queueReadLimit)
 			})
-			othersQueued <- err != nil || othersIn(queue, s.l.owner)
+			fresh <- r
 		}()
 	}
-	for {
-		if pending != nil {
-			cur, ok, err := s.l.settle(ctx, s.lockID)
-			if err != nil {
-				s.setEndErr(err)
-				return
-			}
-			switch {
-			case ok && cur.sameState(pending.next):
-				rec = pending.next
-			case !(ok && cur.sameState(rec)):
-				return // someone else's record now
-			}
-			pending = nil
-		}
-		next := Record{Token: rec.Token, Version: rec.Version + 1, GrantedAt: rec.GrantedAt, RenewedAt: o.wallClock()}
-		applied, _, _, err := s.l.cas(ctx, s.lockID, rec, next)
-		if err == nil {
-			if applied {
-				o.waker.Notify(s.lockID)
-				if othersQueued != nil && !<-othersQueued {
-					s.l.rememberFree(s.lockID, next)
-				}
-			}
-			return
-		}
-		pending = &write{next: next}
-		if ctx.Err() != nil {
-			s.setEndErr(fmt.Errorf("lock %s: giving the record back: %w", s.lockID, err))
-			return
+	free, freed, err := s.l.giveBack(ctx, s.lockID, rec, pending)
+	if err != nil {
+		s.setEndErr(err)
+		return
+	}
+	if !freed {
+		return // someone else's record now
+	}
+	next, others := s.queue.next, s.queue.othersSeen
+	if fresh != nil {
+		if r := <-fresh; r.err == nil {
+			next, others = nextWaiter(r.queue, s.l.owner)
+		} else if !others {
+			return // whether anyone waits is unknown: no hint, and no CAS-first next time
 		}
 	}
+	if others {
+		s.l.hintFree(s.lockID, next, free)
+		s.l.rememberBusy(s.lockID)
+		return
+	}
+	s.l.rememberFree(s.lockID, free)
 }
 
 func (s *Lease) setEndErr(err error) {

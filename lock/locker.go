@@ -24,7 +24,8 @@ type Locker struct {
 	rng         *rand.Rand
 	held        map[string]*Lease // lock ID → live lease; nil while an acquisition is running
 	observed    map[string]observation
-	free        map[string]Record // lock ID → the free record our last release wrote (see casFirst)
+	free        map[string]Record    // lock ID → the free record our last release wrote (see casFirst)
+	busy        map[string]time.Time // lock ID → when our last release handed it to a waiter
 	lastEnqueue int64
 }
 
@@ -57,6 +58,7 @@ func New(store Store, owner Owner, opts ...Option) (*Locker, error) {
 		held:     make(map[string]*Lease),
 		observed: make(map[string]observation),
 		free:     make(map[string]Record),
+		busy:     make(map[string]time.Time),
 	}, nil
 }
 
@@ -181,24 +183,23 @@ func (l *Locker) settle(ctx context.Context, lockID string) (Record, bool, error
 			return rec, ok, nil
 		}
 		l.opts.log.V(1).Info("settling a write of unknown outcome", "lock", lockID, "err", err.Error())
-		if err := l.sleep(ctx, l.jitter(backoff), nil); err != nil {
+		if err := l.sleep(ctx, l.jitter(backoff)); err != nil {
 			return Record{}, false, fmt.Errorf("lock %s: settling a write of unknown outcome: %w", lockID, err)
 		}
 		backoff = min(2*backoff, l.opts.renewInterval)
 	}
 }
 
-// sleep waits for d, a hint, or the end of ctx.
-func (l *Locker) sleep(ctx context.Context, d time.Duration, hints <-chan struct{}) error {
+// sleep waits for d or the end of ctx.
+func (l *Locker) sleep(ctx context.Context, d time.Duration) error {
 	t := l.opts.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C():
-	case <-hints:
+		return nil
 	}
-	return nil
 }
 
 // loaded is the result of an owner-record read.
@@ -219,22 +220,36 @@ type acquisition struct {
 	queued      bool
 	enqueuedAt  time.Time // Locker clock; when the entry was last written
 	wasHead     bool      // at the last queue read nobody was ahead of us
+	ahead       int       // waiters ahead of us at the last queue read; -1 before the first
 	queueReadAt time.Time // Locker clock; when the queue was last read
 	othersSeen  bool      // the last queue read held entries of other owners
-	triedFirst  bool      // the CAS-first attempt (casFirst) has been made or ruled out
+	next        QueueEntry
+	triedFirst  bool // the CAS-first attempt (casFirst) has been made or ruled out
+
+	hintAddr string      // where we listen for hints; written into our queue entry
+	hints    <-chan Hint // hints for our queue entry
+	budget   hintBudget  // how many hints we may still act on
 }
 
 // acquire is the acquire loop: it makes steps (docs/design.md, Acquire) until granted, until a
 // try gives up, or until ctx ends.
 func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 	l := a.l
-	hints, unsubscribe := l.opts.waker.Subscribe(a.lockID)
-	defer unsubscribe()
+	addr, hints, stopListening := l.opts.hinter.Listen(a.lockID, l.owner.String())
+	defer stopListening()
+	a.hintAddr, a.hints, a.ahead = addr, hints, -1
+	a.budget = newHintBudget(l.opts.clock.Now(), l.opts.waiterPoll)
 	defer a.leaveQueue(ctx)
 
 	backoff := l.opts.pollInterval
+	var hinted Hint // the hint that triggered this step; zero for a poll
 	for {
-		lease, wait, err := a.step(ctx)
+		aheadBefore := a.ahead
+		lease, wait, err := a.step(ctx, hinted)
+		if hinted.Kind != 0 && (lease != nil || aheadBefore > 0 && a.ahead >= 0 && a.ahead < aheadBefore) {
+			a.budget.refund() // the hint did its job
+		}
+		hinted = Hint{}
 		switch {
 		case lease != nil:
 			return lease, nil
@@ -251,16 +266,42 @@ func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 			return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
 		}
 		if wait > 0 {
-			if err := l.sleep(ctx, l.jitter(wait), hints); err != nil {
+			if hinted, err = a.wait(ctx, l.jitter(wait)); err != nil {
 				return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
 			}
 		}
 	}
 }
 
-// step makes one attempt. It returns the lease when granted, or how long to wait before the next
-// attempt. In try mode every "not now" is ErrLocked.
-func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
+// wait sleeps for d, or until a hint for our queue entry arrives that the hint budget lets us act
+// on. It returns the hint, or a zero Hint when the poll came first.
+func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
+	l := a.l
+	t := l.opts.clock.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return Hint{}, ctx.Err()
+		case <-t.C():
+			return Hint{}, nil
+		case h := <-a.hints:
+			if !a.queued || h.LockID != a.lockID || h.Owner != a.entry.Owner || h.Enqueued != a.entry.Enqueued {
+				continue // for an entry that is not waiting any more
+			}
+			if !a.budget.take(l.opts.clock.Now()) {
+				l.opts.log.V(1).Info("hint ignored: over the hint budget", "lock", a.lockID, "kind", h.Kind.String())
+				continue // the poll comes anyway
+			}
+			return h, nil
+		}
+	}
+}
+
+// step makes one attempt; hinted is the hint that triggered it (zero for a poll). It returns the
+// lease when granted, or how long to wait before the next attempt. In try mode every "not now" is
+// ErrLocked.
+func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Duration, error) {
 	l := a.l
 	if !a.triedFirst {
 		a.triedFirst = true
@@ -268,6 +309,22 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 			if lease, wait, done, err := a.casFirst(ctx, free); done {
 				return lease, wait, err
 			}
+		}
+		if a.block && !a.queued && l.takeBusy(a.lockID) {
+			// Our own release a moment ago handed the lock to a waiter: join the queue behind
+			// them without reading it first. The waiter ahead of us tells us when we are next.
+			return nil, l.opts.waiterPoll, a.enqueue(ctx)
+		}
+	}
+	if free, ok := hinted.freeRecord(); ok && a.queued {
+		// The release we were told of names the free record it wrote. As the head (by a recent
+		// queue read), grant ourselves on exactly that record; otherwise the same, beside a
+		// queue read, giving it back if others are ahead (casFirst).
+		if a.wasHead && l.opts.clock.Since(a.queueReadAt) < l.opts.waiterPoll {
+			return a.contend(ctx, &loaded{rec: free, ok: true, sent: l.opts.clock.Now()})
+		}
+		if lease, wait, done, err := a.casFirst(ctx, free); done {
+			return lease, wait, err
 		}
 	}
 	// 1. Keep our queue entry alive while we wait.
@@ -285,7 +342,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 		return a.contend(ctx, nil)
 	}
 	var record chan loaded // the owner record, read alongside the queue
-	if !a.queued || a.wasHead {
+	if !a.queued || a.wasHead || hinted.Kind == HintFree {
 		record = make(chan loaded, 1)
 		go func() {
 			r := loaded{sent: l.opts.clock.Now()}
@@ -299,21 +356,20 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("lock %s: reading queue: %w", a.lockID, err)
 	}
-	a.queueReadAt = now
-	a.othersSeen = othersIn(queue, l.owner)
+	a.readQueue(now, queue)
 	ahead, found := position(queue, a.entry, l.owner)
 	if a.queued && !found && len(queue) >= queueReadLimit && queue[len(queue)-1].Less(a.entry) {
 		// Deeper in the queue than one read reaches: our entry is there, it just was not read.
 		// It is refreshed every TTL/3 like any other, not rewritten on every poll.
 		found = true
 	}
-	a.wasHead = ahead == 0
+	a.wasHead, a.ahead = ahead == 0, ahead
 	if a.block {
 		l.opts.observer(Event{Kind: EventQueued, LockID: a.lockID, Ahead: ahead})
 	}
 	if a.queued && !found {
 		// Our entry expired (we were paused longer than its TTL) or is not visible yet: rewrite it.
-		a.wasHead = false
+		a.wasHead, a.ahead = false, -1
 		return nil, l.opts.pollInterval, a.enqueue(ctx)
 	}
 	if ahead > 0 && record != nil && l.opts.zeroWait {
@@ -338,6 +394,11 @@ func (a *acquisition) step(ctx context.Context) (*Lease, time.Duration, error) {
 			return nil, max(l.opts.pollInterval, 2*l.opts.waiterPoll/3), nil
 		}
 		return nil, l.opts.waiterPoll, nil
+	}
+	if hinted.Kind == HintAhead && record == nil {
+		// We just became the head: the waiter ahead of us was granted moments ago and tells us
+		// when it releases. Read the record at our next head poll, not now.
+		return nil, l.opts.pollInterval, nil
 	}
 	var r *loaded
 	if record != nil {
@@ -516,7 +577,7 @@ func (a *acquisition) granted(ctx context.Context, next Record, sent time.Time) 
 	// waits for the removal before it gives the record back, so that the next waiter does not
 	// find us still ahead of it then.
 	dequeued := a.leaveQueueInBackground(ctx)
-	lease := startLease(l, a.lockID, next, sent, dequeued, a.othersSeen)
+	lease := startLease(l, a.lockID, next, sent, dequeued, queueView{read: a.queueReadAt, othersSeen: a.othersSeen, next: a.next})
 	if err := ctx.Err(); err != nil {
 		// Granted, but our caller is gone: give the record back at once rather than leave a grant
 		// that nobody renews or releases to block the lock for a lease.
@@ -530,13 +591,14 @@ func (a *acquisition) granted(ctx context.Context, next Record, sent time.Time) 
 	return lease, nil
 }
 
-// casFirst is the first step of an acquisition that starts where this Locker's own release left
-// the lock: free, with nobody queued that we knew of. Instead of reading the record and then
-// writing the grant, it sends the grant, conditioned on exactly the free record we wrote, together
-// with a queue read: one round trip instead of two. The condition keeps it safe (the write applies
-// only if nothing changed since our release: rule 1); the queue read keeps it fair (rule 6): if
-// another owner is queued, the grant is given straight back and we queue behind them. done is
-// false when the guess was stale or the store failed: the normal step then decides, from scratch.
+// casFirst is a step that starts from a free record we know of: the one this Locker's own release
+// wrote when nobody was queued that we knew of, or the one a release hint named. Instead of
+// reading the record and then writing the grant, it sends the grant, conditioned on exactly that
+// free record, together with a queue read: one round trip instead of two. The condition keeps it
+// safe (the write applies only if nothing changed since that release: rule 1); the queue read
+// keeps it fair (rule 6): if another owner is queued ahead of us, the grant is given straight back
+// and we queue behind them. done is false when the guess was stale or the store failed: the
+// normal step then decides, from scratch.
 func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, wait time.Duration, done bool, err error) {
 	l := a.l
 	type written struct {
@@ -564,21 +626,30 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 		l.opts.log.V(1).Info("queue read failed beside a granted CAS-first; keeping the grant", "lock", a.lockID, "err", qerr.Error())
 		return a.grantedFirst(ctx, w.next, w.sent)
 	}
-	a.queueReadAt, a.othersSeen = l.opts.clock.Now(), othersIn(queue, l.owner)
+	a.readQueue(l.opts.clock.Now(), queue)
 	ahead, _ := position(queue, a.entry, l.owner)
 	if ahead == 0 || l.opts.mutations.has(mutBargeAhead) {
+		a.wasHead, a.ahead = true, 0
 		return a.grantedFirst(ctx, w.next, w.sent)
 	}
 	// The fairness guard: others were queued, so the grant goes straight back and we join them.
 	// Nobody saw it: no lease was started, and its token is simply never used.
 	l.opts.log.V(1).Info("CAS-first grant given back: others are queued", "lock", a.lockID, "ahead", ahead, "token", w.next.Token)
-	if gerr := l.giveBack(ctx, a.lockID, w.next); gerr != nil {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.lease)
+	back, freed, gerr := l.giveBack(gctx, a.lockID, w.next, nil)
+	cancel()
+	switch {
+	case gerr != nil:
 		l.opts.log.V(1).Info("giving back a CAS-first grant failed; it expires by observation", "lock", a.lockID, "err", gerr.Error())
+	case freed:
+		l.hintFree(a.lockID, a.next, back)
 	}
-	l.opts.waker.Notify(a.lockID)
-	a.wasHead = false
-	if !a.block {
+	a.wasHead, a.ahead = false, ahead
+	switch {
+	case !a.block:
 		return nil, 0, true, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead)
+	case a.queued:
+		return nil, l.opts.waiterPoll, true, nil
 	}
 	return nil, l.opts.waiterPoll, true, a.enqueue(ctx)
 }
@@ -594,27 +665,53 @@ func (a *acquisition) grantedFirst(ctx context.Context, next Record, sent time.T
 	return lease, 0, true, err
 }
 
-// giveBack writes the free record after rec, a grant of ours that nobody holds, settling an
-// unknown outcome; it gives up after one lease (the record then expires by observation).
-func (l *Locker) giveBack(ctx context.Context, lockID string, rec Record) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.lease)
-	defer cancel()
+// giveBack writes the free record after rec, the last record of ours we know applied, so that the
+// next waiter need not wait for the grant to expire. pending is a later write of ours whose outcome
+// is unknown (nil when there is none): it is settled first, and so is every give-back of unknown
+// outcome, until ctx ends. It returns the free record and freed true when the give-back applied;
+// freed false and no error when the record is not ours any more.
+func (l *Locker) giveBack(ctx context.Context, lockID string, rec Record, pending *write) (free Record, freed bool, err error) {
 	for {
-		next := Record{Token: rec.Token, Version: rec.Version + 1, GrantedAt: rec.GrantedAt, RenewedAt: l.opts.wallClock()}
-		_, _, _, err := l.cas(ctx, lockID, rec, next)
-		if err == nil {
-			return nil // given back, or (not applied) not ours any more
+		if pending != nil {
+			cur, ok, err := l.settle(ctx, lockID)
+			if err != nil {
+				return Record{}, false, err
+			}
+			switch {
+			case ok && cur.sameState(pending.next):
+				rec = pending.next
+			case !(ok && cur.sameState(rec)):
+				return Record{}, false, nil // someone else's record now
+			}
+			pending = nil
 		}
-		cur, ok, serr := l.settle(ctx, lockID)
-		switch {
-		case serr != nil:
-			return serr
-		case ok && cur.sameState(next):
-			return nil
-		case !(ok && cur.sameState(rec)):
-			return nil // someone else's record now
+		next := Record{Token: rec.Token, Version: rec.Version + 1, GrantedAt: rec.GrantedAt, RenewedAt: l.opts.wallClock()}
+		applied, _, _, err := l.cas(ctx, lockID, rec, next)
+		if err == nil {
+			return next, applied, nil // not applied: not ours any more
+		}
+		pending = &write{next: next}
+		if ctx.Err() != nil {
+			return Record{}, false, fmt.Errorf("lock %s: giving the record back: %w", lockID, err)
 		}
 	}
+}
+
+// rememberBusy records that a release of ours just handed lockID to a waiter (see step).
+func (l *Locker) rememberBusy(lockID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.busy[lockID] = l.opts.clock.Now()
+}
+
+// takeBusy reports, once, whether a release of ours handed lockID to a waiter less than a waiter
+// poll ago.
+func (l *Locker) takeBusy(lockID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.busy[lockID]
+	delete(l.busy, lockID)
+	return ok && l.opts.clock.Since(at) < l.opts.waiterPoll
 }
 
 // rememberFree records the free record a release of ours wrote, when nobody else was queued as
@@ -634,21 +731,34 @@ func (l *Locker) takeFree(lockID string) (Record, bool) {
 	return rec, ok
 }
 
-// othersIn reports whether queue holds an entry of another owner.
-func othersIn(queue []QueueEntry, owner Owner) bool {
-	self := owner.String()
-	for _, e := range queue {
-		if e.Owner != self {
-			return true
-		}
+// readQueue records a queue read received at now: who is next after us, for the hints we send when
+// we leave the queue or release the lock.
+func (a *acquisition) readQueue(now time.Time, queue []QueueEntry) {
+	a.queueReadAt = now
+	a.next, a.othersSeen = nextWaiter(queue, a.l.owner)
+}
+
+// hintAhead tells the waiter of entry to, if it listens, that it may be the head now.
+func (l *Locker) hintAhead(lockID string, to QueueEntry) {
+	if to.Hint != "" {
+		l.opts.hinter.Send(to.Hint, Hint{LockID: lockID, Owner: to.Owner, Enqueued: to.Enqueued, Kind: HintAhead})
 	}
-	return false
+}
+
+// hintFree tells the waiter of entry to, if it listens, that we wrote the free record free.
+func (l *Locker) hintFree(lockID string, to QueueEntry, free Record) {
+	if to.Hint != "" {
+		l.opts.hinter.Send(to.Hint, Hint{
+			LockID: lockID, Owner: to.Owner, Enqueued: to.Enqueued, Kind: HintFree,
+			Token: free.Token, Version: free.Version,
+		})
+	}
 }
 
 func (a *acquisition) enqueue(ctx context.Context) error {
 	l := a.l
 	if !a.queued {
-		a.entry = QueueEntry{Enqueued: l.enqueueTime(), Owner: l.owner.String()}
+		a.entry = QueueEntry{Enqueued: l.enqueueTime(), Owner: l.owner.String(), Hint: a.hintAddr}
 	}
 	_, err := request(ctx, l, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.store.Enqueue(ctx, a.lockID, a.entry, l.opts.queueEntryTTL)
@@ -660,18 +770,19 @@ func (a *acquisition) enqueue(ctx context.Context) error {
 	return nil
 }
 
-// leaveQueue removes our queue entry, best effort: if it fails the entry ages out after its TTL.
+// leaveQueue removes our queue entry when an acquisition gives up, best effort: if it fails the
+// entry ages out after its TTL.
 func (a *acquisition) leaveQueue(ctx context.Context) {
 	if !a.queued {
 		return
 	}
 	a.queued = false
-	a.l.dequeue(context.WithoutCancel(ctx), a.lockID, a.entry)
+	a.l.dequeue(context.WithoutCancel(ctx), a.lockID, a.entry, a.nextAfterUs())
 }
 
-// leaveQueueInBackground is leaveQueue in a goroutine of its own, bounded by the request timeout.
-// The returned channel is closed when the entry is gone (or the removal failed); at once when we
-// were not queued.
+// leaveQueueInBackground removes our queue entry after a grant, in a goroutine of its own bounded
+// by the request timeout. The returned channel is closed when the entry is gone (or the removal
+// failed); at once when we were not queued.
 func (a *acquisition) leaveQueueInBackground(ctx context.Context) <-chan struct{} {
 	done := make(chan struct{})
 	if !a.queued {
@@ -679,23 +790,32 @@ func (a *acquisition) leaveQueueInBackground(ctx context.Context) <-chan struct{
 		return done
 	}
 	a.queued = false
-	l, lockID, entry := a.l, a.lockID, a.entry
+	l, lockID, entry, next := a.l, a.lockID, a.entry, a.nextAfterUs()
 	go func() {
 		defer close(done)
-		l.dequeue(context.WithoutCancel(ctx), lockID, entry)
+		l.dequeue(context.WithoutCancel(ctx), lockID, entry, next)
 	}()
 	return done
 }
 
-// dequeue removes a queue entry of ours and wakes the waiters of the lock: the head may have
-// changed.
-func (l *Locker) dequeue(ctx context.Context, lockID string, e QueueEntry) {
+// nextAfterUs is the waiter that becomes the head when we leave the queue: the next one, when we
+// were the head at our last queue read; nobody's position changes otherwise.
+func (a *acquisition) nextAfterUs() QueueEntry {
+	if !a.wasHead || !a.othersSeen {
+		return QueueEntry{}
+	}
+	return a.next
+}
+
+// dequeue removes a queue entry of ours, then tells the waiter next, who is now the head, to look
+// (HintAhead).
+func (l *Locker) dequeue(ctx context.Context, lockID string, e, next QueueEntry) {
 	if _, err := request(ctx, l, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.store.Dequeue(ctx, lockID, e)
 	}); err != nil {
 		l.opts.log.V(1).Info("leaving queue failed; the entry ages out", "lock", lockID, "err", err.Error())
 	}
-	l.opts.waker.Notify(lockID)
+	l.hintAhead(lockID, next)
 }
 
 // position returns how many entries of other owners are ahead of ours and whether ours is in the
@@ -703,7 +823,7 @@ func (l *Locker) dequeue(ctx context.Context, lockID string, e QueueEntry) {
 func position(queue []QueueEntry, mine QueueEntry, owner Owner) (ahead int, found bool) {
 	self := owner.String()
 	for _, e := range queue {
-		if e == mine {
+		if e.Same(mine) {
 			return ahead, true
 		}
 		if e.Owner != self {

@@ -34,7 +34,7 @@ type options struct {
 	log            logr.Logger
 	clock          clock.WithDelayedExecution
 	wallClock      func() time.Time
-	waker          Waker
+	hinter         Hinter
 	zeroWait       bool
 	mutations      mutations // unsafe variants for the simulation's mutation test; never set outside tests
 	observer       func(Event)
@@ -130,8 +130,9 @@ func WithObserver(f func(Event)) Option { return func(o *options) { o.observer =
 // never taken over this way. Default off.
 func WithZeroWaitRestart() Option { return func(o *options) { o.zeroWait = true } }
 
-// WithWaker sets the hint channel that wakes waiters early when a lock is released (see Waker).
-func WithWaker(w Waker) Option { return func(o *options) { o.waker = w } }
+// WithHinter sets how waiters are told that they are next, or that the lock was given back, so
+// that they look at once instead of at their next poll (see Hinter). Without it waiters only poll.
+func WithHinter(h Hinter) Option { return func(o *options) { o.hinter = h } }
 
 func buildOptions(opts []Option) (options, error) {
 	o := options{log: logr.Discard()}
@@ -168,8 +169,8 @@ func buildOptions(opts []Option) (options, error) {
 	if o.wallClock == nil {
 		o.wallClock = time.Now
 	}
-	if o.waker == nil {
-		o.waker = noWaker{}
+	if o.hinter == nil {
+		o.hinter = noHinter{}
 	}
 	if o.observer == nil {
 		o.observer = func(Event) {}

@@ -65,6 +65,9 @@ func (o Owner) Validate() error {
 	if o.Incarnation == "" || strings.Contains(o.Incarnation, ownerSep) || len(o.Incarnation) > 64 {
 		return fmt.Errorf("lock: owner incarnation %q must be 1-64 bytes without %q", o.Incarnation, ownerSep)
 	}
+	if err := checkText("owner incarnation", o.Incarnation); err != nil {
+		return err
+	}
 	return nil
 }
 

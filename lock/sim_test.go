@@ -71,6 +71,8 @@ type faultClass struct {
 	// unsafeFastClock gives client 1 a clock running 60% fast: far beyond the safety margin. Only
 	// for checking that the checker catches the resulting overlaps.
 	unsafeFastClock bool
+	// hints is what the hint network between the clients does to hints.
+	hints hintFaults
 	// mutation makes every client a deliberately unsafe variant of the lock (mutation test only).
 	mutation string
 }
@@ -269,11 +271,14 @@ func simulateInBubble(t *testing.T, c faultClass, seed uint64) history {
 	ctx, cancel := context.WithTimeout(context.Background(), c.duration)
 	defer cancel()
 	master := rand.New(rand.NewPCG(seed, 1))
+	hinter := newSimHinter(c.hints, master.Uint64(), &simFaults)
 
 	var wg sync.WaitGroup
+	forger := store.Client(master.Uint64(), memstore.Faults{})
+	wg.Go(func() { hinter.forge(ctx, forger) })
 	for i := range c.clients {
 		sim := &simClient{
-			id: i, class: c, store: store, rec: rec, reg: reg, faults: &simFaults,
+			id: i, class: c, store: store, rec: rec, reg: reg, faults: &simFaults, hinter: hinter,
 			rng:  rand.New(rand.NewPCG(master.Uint64(), uint64(i))),
 			seed: master.Uint64(),
 		}
@@ -322,6 +327,7 @@ type simClient struct {
 	rng    *rand.Rand
 	seed   uint64
 	faults *atomic.Int64 // faults injected outside the store
+	hinter lock.Hinter
 }
 
 func (s *simClient) dur(max time.Duration) time.Duration {
@@ -357,6 +363,7 @@ func (s *simClient) run(ctx context.Context) {
 			lock.WithRequestTimeout(lease / 6), lock.WithPollInterval(100 * time.Millisecond),
 			lock.WithWaiterPollInterval(500 * time.Millisecond), lock.WithQueueEntryTTL(2 * time.Second),
 			lock.WithClock(clk), lock.WithWallClock(clk.Wall), lock.WithObserver(cutter.renewed),
+			lock.WithHinter(s.hinter),
 		}
 		if c.zeroWait && !c.sharedIdentity {
 			opts = append(opts, lock.WithZeroWaitRestart())

@@ -31,6 +31,7 @@ func simClasses() []faultClass {
 		return faultClass{
 			name: name, clients: 5, duration: 60 * time.Second, lease: simLease,
 			faults: memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 20 * time.Millisecond},
+			hints:  hintFaults{lose: 0.05, duplicate: 0.05, maxDelay: 5 * time.Millisecond},
 		}
 	}
 	var classes []faultClass
@@ -70,9 +71,14 @@ func simClasses() []faultClass {
 	add(base("holder-crash"), func(c *faultClass) { c.crashes, c.zeroWait = true, true })
 	add(base("shared-identity"), func(c *faultClass) { c.sharedIdentity, c.zeroWait, c.try = true, true, true })
 	add(base("revocation"), func(c *faultClass) { c.revoke = true })
+	add(base("hint-faults"), func(c *faultClass) {
+		c.hints = hintFaults{lose: 0.3, duplicate: 0.3, maxDelay: simLease, forgeEvery: 20 * time.Millisecond}
+		c.crashes, c.zeroWait, c.drift = true, true, simDrift
+	})
 	add(base("contention-64"), func(c *faultClass) { c.clients, c.duration = 64, 30*time.Second })
 	add(base("all-faults"), func(c *faultClass) {
 		c.try, c.appPause, c.partitions, c.crashes, c.zeroWait, c.revoke, c.wallJumps = true, true, true, true, true, true, true
+		c.hints = hintFaults{lose: 0.2, duplicate: 0.2, maxDelay: simLease / 2, forgeEvery: 100 * time.Millisecond}
 		c.drift, c.cutAfterRenewal = simDrift, 0.03
 		c.faults = memstore.Faults{
 			MinLatency: time.Millisecond, MaxLatency: 50 * time.Millisecond,

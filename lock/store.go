@@ -52,13 +52,20 @@ func (r Record) olderThan(o Record) bool {
 }
 
 // QueueEntry is one waiter in a lock's queue. Entries sort by (Enqueued, Owner), the order of the
-// original algorithm's zero-padded "microseconds + thread id" queue columns (docs/design.md).
+// original algorithm's zero-padded "microseconds + thread id" queue columns (docs/design.md), and
+// are identified by that pair: Hint is what the entry carries, not part of its name.
 type QueueEntry struct {
 	// Enqueued is the waiter's wall-clock enqueue time in microseconds since the Unix epoch.
 	Enqueued int64
 	// Owner is the waiter's owner string.
 	Owner string
+	// Hint is the address at which the waiter listens for hand-off hints (see Hinter), "" when it
+	// does not listen.
+	Hint string
 }
+
+// Same reports whether e and o name the same queue entry: same enqueue time and owner.
+func (e QueueEntry) Same(o QueueEntry) bool { return e.Enqueued == o.Enqueued && e.Owner == o.Owner }
 
 // Less orders queue entries: earlier enqueue time first, then the smaller owner string.
 func (e QueueEntry) Less(o QueueEntry) bool {
@@ -89,10 +96,12 @@ type Store interface {
 	// revoked flag and lease); prev.Version 0 means the record must not exist yet. It reports whether
 	// it applied and, when it did not, the record it found (ok false when none exists).
 	CompareAndSwap(ctx context.Context, lockID string, prev, next Record) (applied bool, current Record, ok bool, err error)
-	// Enqueue writes (or rewrites) a queue entry that disappears after ttl unless rewritten.
+	// Enqueue writes (or rewrites) a queue entry, with its Hint, that disappears after ttl unless
+	// rewritten. Entries are identified by (Enqueued, Owner): a rewrite replaces the Hint.
 	Enqueue(ctx context.Context, lockID string, e QueueEntry, ttl time.Duration) error
-	// Dequeue removes a queue entry. Removing a missing entry is not an error.
+	// Dequeue removes the queue entry named by e's Enqueued and Owner. Removing a missing entry is
+	// not an error.
 	Dequeue(ctx context.Context, lockID string, e QueueEntry) error
-	// Queue returns up to limit live entries of the lock's queue in queue order.
+	// Queue returns up to limit live entries of the lock's queue in queue order, with their Hints.
 	Queue(ctx context.Context, lockID string, limit int) ([]QueueEntry, error)
 }

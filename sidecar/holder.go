@@ -49,7 +49,7 @@ type lockState struct {
 var _ sidecarapi.Service = (*Holder)(nil)
 
 // NewHolder returns a Holder for the validated options opts on store. Extra lock options (for
-// example a test clock or a waker) are passed to the lock.Locker. Metrics are optional.
+// example a test clock or a hinter) are passed to the lock.Locker. Metrics are optional.
 func NewHolder(opts Options, store lock.Store, log logr.Logger, lockOpts ...lock.Option) (*Holder, error) {
 	return newHolder(opts, store, log, nil, lockOpts...)
 }

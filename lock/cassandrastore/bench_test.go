@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/localwaker"
+	"github.com/baton-dev/baton/internal/localhint"
 	"github.com/baton-dev/baton/lock"
 )
 
@@ -45,7 +45,7 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // BenchmarkHandoff measures the time from a holder's Release call to the queue head's Acquire
-// returning, polling (default head poll) and with an in-process wake hint.
+// returning, polling (default head poll) and with an in-process hand-off hint.
 func BenchmarkHandoff(b *testing.B) {
 	store := newStore(b, single, "")
 	for _, mode := range []string{"poll-default", "wake-hint"} {
@@ -54,7 +54,7 @@ func BenchmarkHandoff(b *testing.B) {
 			id := lockID(b)
 			opts := []lock.Option{lock.WithPollInterval(lock.DefaultPollInterval)}
 			if mode == "wake-hint" {
-				opts = append(opts, lock.WithWaker(localwaker.New())) // one waker shared by both
+				opts = append(opts, lock.WithHinter(localhint.New())) // one hinter shared by both
 			}
 			lockers := [2]*lock.Locker{newLocker(b, store, "a", opts...), newLocker(b, store, "b", opts...)}
 			holder, err := lockers[0].Acquire(ctx, id)

@@ -62,6 +62,7 @@ func schemaStatements(ks, replication string) []string {
 			lock_id text,
 			enqueued bigint,
 			owner text,
+			hint text,
 			PRIMARY KEY (lock_id, enqueued, owner)
 		) WITH CLUSTERING ORDER BY (enqueued ASC, owner ASC)
 		  AND gc_grace_seconds = %d
@@ -98,6 +99,9 @@ func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace, replica
 	if err := tuneQueueTable(ctx, session, keyspace); err != nil {
 		return err
 	}
+	if err := addHintColumn(ctx, session, keyspace); err != nil {
+		return err
+	}
 	var existing int
 	applied, err := session.Query(
 		fmt.Sprintf(`INSERT INTO %s.schema_version (component, version) VALUES ('lock', ?) IF NOT EXISTS`, keyspace),
@@ -131,6 +135,40 @@ func tuneQueueTable(ctx context.Context, session *gocql.Session, keyspace string
 		return fmt.Errorf("cassandrastore: waiting for schema agreement: %w", err)
 	}
 	return nil
+}
+
+// addHintColumn adds the hint column (a waiter's hint address, see lock.Hinter) to the queue table
+// of a keyspace created by an earlier release. Readers of schema version 1 ignore it and writers
+// without it leave it null, so the schema version stays 1.
+func addHintColumn(ctx context.Context, session *gocql.Session, keyspace string) error {
+	has, err := hasHintColumn(ctx, session, keyspace)
+	if err != nil || has {
+		return err
+	}
+	if err := session.Query(fmt.Sprintf(`ALTER TABLE %s.lock_queue ADD hint text`, keyspace)).ExecContext(ctx); err != nil {
+		// Another EnsureSchema may have added it meanwhile.
+		if has, herr := hasHintColumn(ctx, session, keyspace); herr != nil || !has {
+			return fmt.Errorf("cassandrastore: adding column hint to %s.lock_queue: %w", keyspace, err)
+		}
+	}
+	if err := session.AwaitSchemaAgreement(ctx); err != nil {
+		return fmt.Errorf("cassandrastore: waiting for schema agreement: %w", err)
+	}
+	return nil
+}
+
+// hasHintColumn reports whether the keyspace's queue table has the hint column.
+func hasHintColumn(ctx context.Context, session *gocql.Session, keyspace string) (bool, error) {
+	var kind string
+	err := session.Query(`SELECT kind FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'lock_queue' AND column_name = 'hint'`,
+		keyspace).ScanContext(ctx, &kind)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("cassandrastore: reading the columns of %s.lock_queue: %w", keyspace, err)
+	}
+	return true, nil
 }
 
 // checkSchema verifies that the keyspace holds a schema version this build understands.

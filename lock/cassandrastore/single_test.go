@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -453,6 +454,46 @@ func TestQueueTombstonesAreShortLived(t *testing.T) {
 		if grace != tc.grace || ttl != tc.ttl {
 			t.Errorf("%s.%s: gc_grace_seconds %d, default_time_to_live %d; want %d and %d", ks, tc.table, grace, ttl, tc.grace, tc.ttl)
 		}
+	}
+}
+
+// TestQueueHintColumnIsAdded: a keyspace whose queue table has no hint column (created by a release
+// before hand-off hints) keeps working, its waiters only poll, and EnsureSchema adds the column,
+// after which queue entries carry their hint addresses.
+func TestQueueHintColumnIsAdded(t *testing.T) {
+	session := single.Session(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	ks := "baton_no_hint"
+	if err := cassandrastore.EnsureSchema(ctx, session, ks, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := session.Query(`ALTER TABLE ` + ks + `.lock_queue DROP hint`).ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip := func(wantHint string) {
+		t.Helper()
+		store, err := cassandrastore.New(ctx, single.Session(t), cassandrastore.WithKeyspace(ks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := lockID(t)
+		e := lock.QueueEntry{Enqueued: 1, Owner: "a", Hint: "198.18.0.1:9465"}
+		if err := store.Enqueue(ctx, id, e, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		got, err := store.Queue(ctx, id, 10)
+		want := []lock.QueueEntry{{Enqueued: 1, Owner: "a", Hint: wantHint}}
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("Queue: %v, %v; want %v", got, err, want)
+		}
+	}
+	roundTrip("") // without the column: no hints, but the queue works
+	if err := cassandrastore.EnsureSchema(ctx, session, ks, ""); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip("198.18.0.1:9465")
+	if err := cassandrastore.EnsureSchema(ctx, session, ks, ""); err != nil {
+		t.Fatalf("EnsureSchema again, with the column there: %v", err)
 	}
 }
 

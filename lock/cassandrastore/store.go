@@ -37,6 +37,7 @@ type Store struct {
 	cluster     string // cluster_name of the cluster reached
 
 	qLoad, qInsert, qUpdate, qEnqueue, qDequeue, qQueue string
+	hints                                               bool // the queue table has the hint column
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -79,15 +80,26 @@ func New(ctx context.Context, session *gocql.Session, opts ...Option) (*Store, e
 	if err := checkSchema(ctx, session, s.keyspace, s.cons); err != nil {
 		return nil, err
 	}
+	hints, err := hasHintColumn(ctx, session, s.keyspace)
+	if err != nil {
+		return nil, err
+	}
 	ks := s.keyspace
 	const cols = `owner, fencing_token, version, lease_ms, revoked, granted_at, renewed_at`
 	s.qLoad = fmt.Sprintf(`SELECT %s FROM %s.lock_owners WHERE lock_id = ?`, cols, ks)
 	s.qInsert = fmt.Sprintf(`INSERT INTO %s.lock_owners (lock_id, %s) VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS`, ks, cols)
 	s.qUpdate = fmt.Sprintf(`UPDATE %s.lock_owners SET owner = ?, fencing_token = ?, version = ?, lease_ms = ?, revoked = ?, granted_at = ?, renewed_at = ?
 		WHERE lock_id = ? IF version = ? AND owner = ? AND fencing_token = ? AND revoked = ? AND lease_ms = ?`, ks)
+	// A keyspace whose queue table has no hint column yet (created by an earlier release and not
+	// upgraded by EnsureSchema) still works: its waiters are not told, they poll.
 	s.qEnqueue = fmt.Sprintf(`INSERT INTO %s.lock_queue (lock_id, enqueued, owner) VALUES (?, ?, ?) USING TTL ?`, ks)
-	s.qDequeue = fmt.Sprintf(`DELETE FROM %s.lock_queue WHERE lock_id = ? AND enqueued = ? AND owner = ?`, ks)
 	s.qQueue = fmt.Sprintf(`SELECT enqueued, owner FROM %s.lock_queue WHERE lock_id = ? LIMIT ?`, ks)
+	if hints {
+		s.qEnqueue = fmt.Sprintf(`INSERT INTO %s.lock_queue (lock_id, enqueued, owner, hint) VALUES (?, ?, ?, ?) USING TTL ?`, ks)
+		s.qQueue = fmt.Sprintf(`SELECT enqueued, owner, hint FROM %s.lock_queue WHERE lock_id = ? LIMIT ?`, ks)
+	}
+	s.hints = hints
+	s.qDequeue = fmt.Sprintf(`DELETE FROM %s.lock_queue WHERE lock_id = ? AND enqueued = ? AND owner = ?`, ks)
 	return s, nil
 }
 
@@ -140,7 +152,11 @@ func (s *Store) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, t
 	if secs < 1 {
 		return fmt.Errorf("cassandrastore: queue entry TTL %v is under one second", ttl)
 	}
-	err := s.session.Query(s.qEnqueue, lockID, e.Enqueued, e.Owner, secs).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
+	args := []any{lockID, e.Enqueued, e.Owner, secs}
+	if s.hints {
+		args = []any{lockID, e.Enqueued, e.Owner, e.Hint, secs}
+	}
+	err := s.session.Query(s.qEnqueue, args...).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("cassandrastore: writing queue entry: %w", err)
 	}
@@ -160,11 +176,16 @@ func (s *Store) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) e
 func (s *Store) Queue(ctx context.Context, lockID string, limit int) ([]lock.QueueEntry, error) {
 	iter := s.session.Query(s.qQueue, lockID, limit).Consistency(s.cons).Idempotent(true).IterContext(ctx)
 	var (
-		out []lock.QueueEntry
-		e   lock.QueueEntry
+		out  []lock.QueueEntry
+		e    lock.QueueEntry
+		dest = []any{&e.Enqueued, &e.Owner}
 	)
-	for iter.Scan(&e.Enqueued, &e.Owner) {
+	if s.hints {
+		dest = append(dest, &e.Hint)
+	}
+	for iter.Scan(dest...) {
 		out = append(out, e)
+		e.Hint = ""
 	}
 	if err := iter.Close(); err != nil {
 		return nil, fmt.Errorf("cassandrastore: reading queue: %w", err)

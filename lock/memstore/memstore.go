@@ -29,10 +29,22 @@ type Store struct {
 	mu      sync.Mutex
 	records map[string]lock.Record
 	pending map[string]*proposal
-	queues  map[string]map[lock.QueueEntry]time.Time // entry → expiry
+	queues  map[string]map[queueKey]queued
 	history []Event
 	nextID  int
 	stats   Stats
+}
+
+// queueKey names a queue entry, as the Store interface does: by enqueue time and owner.
+type queueKey struct {
+	enqueued int64
+	owner    string
+}
+
+// queued is a live queue entry: its hint address and when it expires.
+type queued struct {
+	hint    string
+	expires time.Time
 }
 
 // Stats counts the requests a Store served and the faults its clients injected.
@@ -73,7 +85,7 @@ func New() *Store {
 	return &Store{
 		records: make(map[string]lock.Record),
 		pending: make(map[string]*proposal),
-		queues:  make(map[string]map[lock.QueueEntry]time.Time),
+		queues:  make(map[string]map[queueKey]queued),
 	}
 }
 
@@ -434,10 +446,10 @@ func (c *Client) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, 
 		defer c.s.mu.Unlock()
 		q := c.s.queues[lockID]
 		if q == nil {
-			q = make(map[lock.QueueEntry]time.Time)
+			q = make(map[queueKey]queued)
 			c.s.queues[lockID] = q
 		}
-		q[e] = time.Now().Add(ttl)
+		q[queueKey{e.Enqueued, e.Owner}] = queued{hint: e.Hint, expires: time.Now().Add(ttl)}
 	})
 }
 
@@ -446,7 +458,7 @@ func (c *Client) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) 
 	return c.call(ctx, "dequeue", func() {
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
-		delete(c.s.queues[lockID], e)
+		delete(c.s.queues[lockID], queueKey{e.Enqueued, e.Owner})
 	})
 }
 
@@ -457,11 +469,11 @@ func (c *Client) Queue(ctx context.Context, lockID string, limit int) ([]lock.Qu
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
 		now := time.Now()
-		for e, exp := range c.s.queues[lockID] {
-			if now.Before(exp) {
-				out = append(out, e)
+		for k, e := range c.s.queues[lockID] {
+			if now.Before(e.expires) {
+				out = append(out, lock.QueueEntry{Enqueued: k.enqueued, Owner: k.owner, Hint: e.hint})
 			} else {
-				delete(c.s.queues[lockID], e)
+				delete(c.s.queues[lockID], k)
 			}
 		}
 	})

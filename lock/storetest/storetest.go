@@ -99,7 +99,10 @@ func casCompares(t *testing.T, s lock.Store) {
 
 func queueOrder(t *testing.T, s lock.Store) {
 	ctx, id := ctxFor(t), lockID()
-	entries := []lock.QueueEntry{{Enqueued: 30, Owner: "c"}, {Enqueued: 10, Owner: "b"}, {Enqueued: 20, Owner: "a"}, {Enqueued: 10, Owner: "a"}}
+	entries := []lock.QueueEntry{
+		{Enqueued: 30, Owner: "c", Hint: "198.18.0.3:9465"}, {Enqueued: 10, Owner: "b"},
+		{Enqueued: 20, Owner: "a", Hint: "198.18.0.1:9465"}, {Enqueued: 10, Owner: "a", Hint: "local:a"},
+	}
 	for _, e := range entries {
 		if err := s.Enqueue(ctx, id, e, time.Minute); err != nil {
 			t.Fatal(err)
@@ -119,24 +122,28 @@ func queueOrder(t *testing.T, s lock.Store) {
 	if got, err := s.Queue(ctx, id, 2); err != nil || !slices.Equal(got, want[:2]) {
 		t.Fatalf("Queue with limit 2: %v, %v; want %v", got, err, want[:2])
 	}
-	// Rewriting an entry (a waiter's refresh) keeps one entry.
-	if err := s.Enqueue(ctx, id, entries[0], time.Minute); err != nil {
+	// Rewriting an entry (a waiter's refresh) keeps one entry, with the hint address of the rewrite.
+	moved := entries[0]
+	moved.Hint = "198.18.0.9:9465"
+	if err := s.Enqueue(ctx, id, moved, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Queue(ctx, id, 10); err != nil || len(got) != len(entries) {
-		t.Fatalf("after a refresh: %v, %v; want %d entries", got, err, len(entries))
+	got, err = s.Queue(ctx, id, 10)
+	if err != nil || len(got) != len(entries) || got[len(got)-1] != moved {
+		t.Fatalf("after a refresh: %v, %v; want %d entries, the last %v", got, err, len(entries), moved)
 	}
 }
 
 func dequeue(t *testing.T, s lock.Store) {
 	ctx, id := ctxFor(t), lockID()
-	a, b := lock.QueueEntry{Enqueued: 1, Owner: "a"}, lock.QueueEntry{Enqueued: 2, Owner: "b"}
+	a, b := lock.QueueEntry{Enqueued: 1, Owner: "a", Hint: "local:a"}, lock.QueueEntry{Enqueued: 2, Owner: "b", Hint: "local:b"}
 	for _, e := range []lock.QueueEntry{a, b} {
 		if err := s.Enqueue(ctx, id, e, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Dequeue(ctx, id, a); err != nil {
+	// An entry is named by its enqueue time and owner: the hint address does not matter.
+	if err := s.Dequeue(ctx, id, lock.QueueEntry{Enqueued: a.Enqueued, Owner: a.Owner, Hint: "198.18.0.2:1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Dequeue(ctx, id, a); err != nil {

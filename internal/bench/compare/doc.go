@@ -1,7 +1,7 @@
 // Package compare measures baton's queue lock side by side with the baselines of docs/design.md (Targets), in one
 // run, on the same Cassandra node and (for client-go) the same API server: the original lock's old
 // algorithm (package oldalgo), a plain LWT lock without queue (package lwtlock), baton's queue lock
-// (package lock on cassandrastore, with and without an in-process wake hint) and client-go's
+// (package lock on cassandrastore, with and without an in-process hand-off hint) and client-go's
 // tools/leaderelection on a coordination.k8s.io Lease.
 //
 // It measures uncontended acquire latency against one LWT round trip, handoff after a graceful

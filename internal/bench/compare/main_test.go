@@ -21,7 +21,7 @@ import (
 	"github.com/baton-dev/baton/internal/bench/compare/lwtlock"
 	"github.com/baton-dev/baton/internal/bench/compare/oldalgo"
 	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/localwaker"
+	"github.com/baton-dev/baton/internal/localhint"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -113,7 +113,7 @@ func setup(t *testing.T, n int) *env {
 // Names of the systems in the tables, in table order.
 const (
 	nameBaton     = "baton queue lock (defaults, polling)"
-	nameBatonHint = "baton queue lock + in-process wake hint"
+	nameBatonHint = "baton queue lock + in-process hand-off hint"
 )
 
 // systems returns every system under comparison with lease; log goes to the lock clients.
@@ -133,7 +133,7 @@ func systems(t *testing.T, e *env, lease time.Duration, log logr.Logger) []compa
 	if err != nil {
 		t.Fatal(err)
 	}
-	hinted, err := compare.NewBaton(nameBatonHint, e.stores, lease, localwaker.New(), log)
+	hinted, err := compare.NewBaton(nameBatonHint, e.stores, lease, localhint.New(), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func randomSuffix() string {
 }
 
 // Baton is baton's queue lock (lock.New on cassandrastore) with default options except the lease
-// and, optionally, an in-process wake hint shared by all its contenders.
+// and, optionally, an in-process hand-off hint shared by all its contenders.
 type Baton struct {
 	name   string
 	stores []lock.Store
@@ -76,16 +76,16 @@ type Baton struct {
 }
 
 // NewBaton returns baton's queue lock on stores (contender i uses stores[i % len]). A non-nil
-// waker is shared by every contender as the release hint.
-func NewBaton(name string, stores []lock.Store, lease time.Duration, waker lock.Waker, log logr.Logger) (*Baton, error) {
+// hinter (may be nil) is shared by every contender: the in-process hand-off hint.
+func NewBaton(name string, stores []lock.Store, lease time.Duration, hinter lock.Hinter, log logr.Logger) (*Baton, error) {
 	if len(stores) == 0 {
 		return nil, errors.New("compare: baton needs at least one store")
 	}
 	opts := []lock.Option{lock.WithLease(lease), lock.WithLogger(log)}
-	if waker != nil {
-		opts = append(opts, lock.WithWaker(waker))
+	if hinter != nil {
+		opts = append(opts, lock.WithHinter(hinter))
 	}
-	return &Baton{name: name, stores: stores, opts: opts, hinted: waker != nil}, nil
+	return &Baton{name: name, stores: stores, opts: opts, hinted: hinter != nil}, nil
 }
 
 // Name implements System.

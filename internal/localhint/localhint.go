@@ -1,0 +1,74 @@
+// Package localhint is a lock.Hinter for Lockers in one process: many contenders in a test or a
+// benchmark. Between processes hints travel over UDP (package hintudp); the lock never depends on
+// hints.
+package localhint
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/baton-dev/baton/lock"
+)
+
+// Hinter delivers hints to the waiters of this process. It is safe for concurrent use.
+type Hinter struct {
+	addr string
+
+	mu      sync.Mutex
+	waiters map[waiter]*listener
+	sent    int
+}
+
+var _ lock.Hinter = (*Hinter)(nil)
+
+type waiter struct{ lockID, owner string }
+
+type listener struct{ hints chan lock.Hint }
+
+// New returns an in-process Hinter. Its address is unique to it, so that hints between separate
+// Hinters (separate "processes") are lost, as they would be between processes without a network.
+func New() *Hinter {
+	h := &Hinter{waiters: make(map[waiter]*listener)}
+	h.addr = fmt.Sprintf("local:%p", h)
+	return h
+}
+
+// Listen implements lock.Hinter. A second listener for the same waiter replaces the first.
+func (h *Hinter) Listen(lockID, owner string) (string, <-chan lock.Hint, func()) {
+	w, l := waiter{lockID, owner}, &listener{hints: make(chan lock.Hint, 1)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiters[w] = l
+	return h.addr, l.hints, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.waiters[w] == l {
+			delete(h.waiters, w)
+		}
+	}
+}
+
+// Send implements lock.Hinter: it delivers h without blocking when addr is this Hinter's and the
+// waiter listens; a hint that finds the waiter's buffer full is dropped (one pending hint is
+// enough to make it look).
+func (h *Hinter) Send(addr string, hint lock.Hint) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sent++
+	if addr != h.addr {
+		return
+	}
+	if l, ok := h.waiters[waiter{hint.LockID, hint.Owner}]; ok {
+		select {
+		case l.hints <- hint:
+		default:
+		}
+	}
+}
+
+// Sent returns how many hints were sent through h.
+func (h *Hinter) Sent() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sent
+}

@@ -1,0 +1,44 @@
+package localhint
+
+import (
+	"testing"
+
+	"github.com/baton-dev/baton/lock"
+)
+
+func TestHinter(t *testing.T) {
+	h := New()
+	addr, hints, stop := h.Listen("x", "a")
+	received := func() bool {
+		select {
+		case <-hints:
+			return true
+		default:
+			return false
+		}
+	}
+	h.Send(addr, lock.Hint{LockID: "y", Owner: "a", Kind: lock.HintFree})
+	h.Send(addr, lock.Hint{LockID: "x", Owner: "b", Kind: lock.HintFree})
+	h.Send(New().addr, lock.Hint{LockID: "x", Owner: "a", Kind: lock.HintFree})
+	if received() {
+		t.Fatal("received a hint for another lock, another waiter or another Hinter")
+	}
+	h.Send(addr, lock.Hint{LockID: "x", Owner: "a", Kind: lock.HintFree})
+	h.Send(addr, lock.Hint{LockID: "x", Owner: "a", Kind: lock.HintAhead}) // never blocks
+	if !received() {
+		t.Fatal("not received")
+	}
+	// A second listener for the same waiter replaces the first; the first's stop leaves it alone.
+	_, again, stopAgain := h.Listen("x", "a")
+	stop()
+	h.Send(addr, lock.Hint{LockID: "x", Owner: "a", Kind: lock.HintFree})
+	select {
+	case <-again:
+	default:
+		t.Fatal("the replacing listener got nothing")
+	}
+	stopAgain()
+	if len(h.waiters) != 0 || h.Sent() != 6 {
+		t.Fatalf("waiters left after stop: %v; sent %d, want 6", h.waiters, h.Sent())
+	}
+}

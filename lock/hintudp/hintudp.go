@@ -1,0 +1,184 @@
+// Package hintudp carries the lock's hand-off hints (lock.Hinter) between processes as UDP
+// datagrams: the sidecar listens on its pod IP, the CLI on an address it is given.
+//
+// A hint carries no authority (see lock.Hinter): a receiver only looks at the store sooner, and
+// the Locker limits how often it does that for hints that brought nothing. So hints are neither
+// signed nor encrypted; a NetworkPolicy that lets the pods of a lock's group reach each other on
+// the hint port is all they need, and without it waiters fall back to polling.
+package hintudp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/go-logr/logr"
+
+	"github.com/baton-dev/baton/lock"
+)
+
+// DefaultPort is the UDP port the sidecar listens on for hints unless the operator sets another.
+const DefaultPort = 9465
+
+// Hinter sends and receives hints on one UDP socket. It is safe for concurrent use.
+type Hinter struct {
+	conn      *net.UDPConn
+	advertise string
+	log       logr.Logger
+
+	mu      sync.Mutex
+	waiters map[waiter]chan lock.Hint
+	stats   Stats
+}
+
+var _ lock.Hinter = (*Hinter)(nil)
+
+type waiter struct{ lockID, owner string }
+
+// Stats counts a Hinter's datagrams.
+type Stats struct {
+	Sent, SendFailed         int // datagrams sent, and sends that failed or had no usable address
+	Received, Delivered      int // datagrams received, and hints handed to a waiting Locker
+	Malformed, NobodyWaiting int // datagrams that were not hints, and hints for no waiter here
+}
+
+// Config configures a Hinter.
+type Config struct {
+	// Bind is the local UDP address to listen on, as host:port; port 0 picks a free port. Required.
+	Bind string
+	// Advertise is the address other processes reach this one at, written into queue entries: an
+	// IP literal and a port (198.18.0.7:9465). Empty: Bind's, which then must name an IP (not
+	// 0.0.0.0 or ::) and a port (the chosen one when Bind's is 0).
+	Advertise string
+	Log       logr.Logger
+}
+
+// New binds the socket and starts receiving; the Hinter stops and closes the socket when ctx ends.
+func New(ctx context.Context, cfg Config) (*Hinter, error) {
+	bind, err := netip.ParseAddrPort(cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("hintudp: bind address %q must be an IP literal and a port: %w", cfg.Bind, err)
+	}
+	var advertise netip.AddrPort
+	if cfg.Advertise != "" {
+		if advertise, err = netip.ParseAddrPort(cfg.Advertise); err != nil {
+			return nil, fmt.Errorf("hintudp: advertised address %q must be an IP literal and a port: %w", cfg.Advertise, err)
+		}
+		if !usable(advertise) {
+			return nil, fmt.Errorf("hintudp: advertised address %q cannot be reached by others: name a unicast IP and a port", cfg.Advertise)
+		}
+	} else if !bind.Addr().IsValid() || bind.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("hintudp: bind address %q listens on every address: set the advertised address (the pod IP) too", cfg.Bind)
+	}
+	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(bind))
+	if err != nil {
+		return nil, fmt.Errorf("hintudp: listening on %s: %w", cfg.Bind, err)
+	}
+	if !advertise.IsValid() {
+		advertise = netip.AddrPortFrom(bind.Addr(), uint16(conn.LocalAddr().(*net.UDPAddr).Port))
+	}
+	h := &Hinter{conn: conn, advertise: advertise.String(), log: cfg.Log, waiters: make(map[waiter]chan lock.Hint)}
+	go func() {
+		<-ctx.Done()
+		_ = conn.Close()
+	}()
+	go h.receive()
+	return h, nil
+}
+
+// usable reports whether a can be a hint's destination or advertised address.
+func usable(a netip.AddrPort) bool {
+	ip := a.Addr()
+	return a.Port() != 0 && ip.IsValid() && !ip.IsUnspecified() && !ip.IsMulticast() && ip != netip.IPv4Unspecified()
+}
+
+// Addr returns the address written into this process's queue entries.
+func (h *Hinter) Addr() string { return h.advertise }
+
+// Stats returns the counts so far.
+func (h *Hinter) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stats
+}
+
+// Listen implements lock.Hinter. A second listener for the same waiter replaces the first.
+func (h *Hinter) Listen(lockID, owner string) (string, <-chan lock.Hint, func()) {
+	w, ch := waiter{lockID, owner}, make(chan lock.Hint, 1)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiters[w] = ch
+	return h.advertise, ch, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.waiters[w] == ch {
+			delete(h.waiters, w)
+		}
+	}
+}
+
+// Send implements lock.Hinter: one datagram to addr, which must be an IP literal and a port (as
+// Addr returns); anything else is dropped and counted. It never waits for an answer.
+func (h *Hinter) Send(addr string, hint lock.Hint) {
+	to, err := netip.ParseAddrPort(addr)
+	if err == nil && !usable(to) {
+		err = errors.New("not a unicast IP and port")
+	}
+	if err == nil {
+		var buf [MaxDatagram]byte
+		_, err = h.conn.WriteToUDPAddrPort(AppendHint(buf[:0], hint), to)
+	}
+	h.mu.Lock()
+	if err != nil {
+		h.stats.SendFailed++
+	} else {
+		h.stats.Sent++
+	}
+	h.mu.Unlock()
+	if err != nil {
+		h.log.V(1).Info("hint not sent", "to", addr, "lock", hint.LockID, "err", err.Error())
+	}
+}
+
+// receive reads datagrams until the socket is closed and hands each hint to its waiter.
+func (h *Hinter) receive() {
+	buf := make([]byte, MaxDatagram+1)
+	for {
+		n, from, err := h.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			h.log.V(1).Info("reading a hint datagram", "err", err.Error())
+			continue
+		}
+		hint, perr := ParseHint(buf[:n])
+		h.mu.Lock()
+		h.stats.Received++
+		var ch chan lock.Hint
+		switch {
+		case perr != nil:
+			h.stats.Malformed++
+		default:
+			if ch = h.waiters[waiter{hint.LockID, hint.Owner}]; ch == nil {
+				h.stats.NobodyWaiting++
+			} else {
+				h.stats.Delivered++
+			}
+		}
+		h.mu.Unlock()
+		if perr != nil {
+			h.log.V(1).Info("dropped a datagram that is not a hint", "from", from.String(), "err", perr.Error())
+			continue
+		}
+		if ch != nil {
+			select {
+			case ch <- hint:
+			default: // one hint pending is enough to make the waiter look
+			}
+		}
+	}
+}

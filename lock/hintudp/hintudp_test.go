@@ -1,0 +1,164 @@
+package hintudp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/hintudp"
+	"github.com/baton-dev/baton/lock/memstore"
+)
+
+func newHinter(t *testing.T, ctx context.Context) *hintudp.Hinter {
+	t.Helper()
+	h, err := hintudp.New(ctx, hintudp.Config{Bind: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// poll waits up to a minute for cond, checking every 5 ms.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
+		}
+	}
+}
+
+func TestDelivery(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := newHinter(t, ctx), newHinter(t, ctx)
+	addr, hints, stop := b.Listen("orders", "b#1")
+	defer stop()
+	if addr != b.Addr() || !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("Listen returned address %q, Addr %q", addr, b.Addr())
+	}
+	want := lock.Hint{LockID: "orders", Owner: "b#1", Enqueued: 42, Kind: lock.HintFree, Token: 7, Version: 9}
+	a.Send("127.0.0.1:1", want)                                                                 // nobody listens there: lost, not an error
+	a.Send(addr, lock.Hint{LockID: "billing", Owner: "b#1", Enqueued: 1, Kind: lock.HintAhead}) // no waiter for it
+	a.Send("b.example:9465", want)                                                              // not an IP literal: never resolved
+	a.Send("0.0.0.0:9465", want)
+	a.Send(addr, want)
+	select {
+	case got := <-hints:
+		if got != want {
+			t.Fatalf("received %+v, want %+v", got, want)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no hint within a minute")
+	}
+	// A datagram that is not a hint is counted and dropped.
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET / HTTP/1.1")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "malformed datagram counted", func() bool { return b.Stats().Malformed == 1 })
+	if s := a.Stats(); s.Sent != 3 || s.SendFailed != 2 {
+		t.Errorf("sender stats %+v, want 3 sent and 2 failed", s)
+	}
+	if s := b.Stats(); s.Delivered != 1 || s.NobodyWaiting != 1 {
+		t.Errorf("receiver stats %+v, want 1 delivered and 1 for nobody", s)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, cfg := range []hintudp.Config{
+		{},
+		{Bind: "localhost:9465"},
+		{Bind: ":9465"},     // every address, nothing to advertise
+		{Bind: "0.0.0.0:0"}, //
+		{Bind: "127.0.0.1:0", Advertise: "pod:9465"},
+		{Bind: "127.0.0.1:0", Advertise: "0.0.0.0:9465"},
+		{Bind: "127.0.0.1:0", Advertise: "198.18.0.7:0"},
+		{Bind: "127.0.0.1:0", Advertise: "224.0.0.1:9465"},
+	} {
+		if h, err := hintudp.New(ctx, cfg); err == nil {
+			t.Errorf("New(%+v) = %v, want an error", cfg, h.Addr())
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h, err := hintudp.New(ctx, hintudp.Config{Bind: "0.0.0.0:0", Advertise: "198.18.0.7:9465"})
+	if err != nil || h.Addr() != "198.18.0.7:9465" {
+		t.Fatalf("New with an advertised address: %v, %v", h, err)
+	}
+}
+
+// TestHandOffBetweenProcesses: Lockers that each have a Hinter of their own, as sidecar processes
+// do, hand a lock down a chain of waiters through UDP hints. Their polls are 30 s apart, so a
+// chain that completes within that time was moved by hints alone.
+func TestHandOffBetweenProcesses(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mem := memstore.New()
+	const n = 4
+	var hinters []*hintudp.Hinter
+	var lockers []*lock.Locker
+	for i := range n {
+		h := newHinter(t, ctx)
+		l, err := lock.New(mem.Client(uint64(i+1), memstore.Faults{}), lock.Owner{Identity: fmt.Sprintf("p%d", i), Incarnation: "1"},
+			lock.WithHinter(h), lock.WithLease(90*time.Second), lock.WithPollInterval(30*time.Second),
+			lock.WithWaiterPollInterval(30*time.Second), lock.WithQueueEntryTTL(90*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hinters, lockers = append(hinters, h), append(lockers, l)
+	}
+	holder, err := lockers[0].Acquire(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 1; i < n; i++ {
+		wg.Go(func() {
+			lease, err := lockers[i].Acquire(ctx, "orders")
+			if err != nil {
+				errs <- err
+				return
+			}
+			errs <- lease.Release(ctx)
+		})
+		poll(t, "waiter queued", func() bool {
+			q, _ := mem.Client(99, memstore.Faults{}).Queue(ctx, "orders", 10)
+			return len(q) == i
+		})
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took >= 30*time.Second {
+		t.Fatalf("the chain took %v: at least one hand-off waited for a poll", took)
+	}
+	for i, h := range hinters[1:] {
+		if s := h.Stats(); s.Delivered == 0 {
+			t.Errorf("waiter %d received no hint: %+v", i+1, s)
+		}
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatal("cancelled early")
+	}
+}

@@ -399,6 +399,7 @@ func TestDefaultRender(t *testing.T) {
 			"health-probe-bind-address": ":8081",
 			"leader-elect":              "true",
 			"schema-replication":        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+			"sidecar-hint-port":         "9465",
 		} {
 			if got, ok := arg(d, flag); !ok || got != want {
 				t.Errorf("--%s = %q (set: %v), want %q", flag, got, ok, want)
@@ -609,6 +610,11 @@ func TestValues(t *testing.T) {
 				t.Errorf("--sidecar-image=%q", got)
 			}
 		}},
+		{"hints off", []string{"sidecar.hintPort=0"}, func(t *testing.T, _ map[string]object, d *appsv1.Deployment) {
+			if got, _ := arg(d, "sidecar-hint-port"); got != "0" {
+				t.Errorf("--sidecar-hint-port=%q, want 0", got)
+			}
+		}},
 		{"sidecar resources", []string{"sidecar.resources.limits.cpu=200m", "sidecar.resources.requests.memory="}, func(t *testing.T, _ map[string]object, d *appsv1.Deployment) {
 			if got, _ := arg(d, "sidecar-cpu-limit"); got != "200m" {
 				t.Errorf("--sidecar-cpu-limit=%q", got)
@@ -666,6 +672,7 @@ func TestBadValues(t *testing.T) {
 		{"issuer without name", []string{"--set", "webhook.certManager.issuerRef.kind=ClusterIssuer"}, "missing property 'name'"},
 		{"replicas without leader election", []string{"--set", "leaderElection.enabled=false"}, "leaderElection.enabled is false"},
 		{"LOCAL_QUORUM without local DC", []string{"--set", "cassandra.consistency=LOCAL_QUORUM"}, "need cassandra.localDC"},
+		{"privileged hint port", []string{"--set", "sidecar.hintPort=53"}, "at '/sidecar/hintPort'"},
 		{"cluster too old", []string{"--kube-version", "1.29.0"}, "incompatible with Kubernetes v1.29.0"},
 	}
 	for _, tc := range tests {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/hintudp"
 )
 
 // Metrics are the sidecar's Prometheus metrics, on a registry of their own.
@@ -175,4 +176,41 @@ func serveMetrics(ctx context.Context, addr string, m *Metrics) (net.Listener, e
 	go func() { _ = srv.Serve(ln) }()
 	context.AfterFunc(ctx, func() { srv.Close() })
 	return ln, nil
+}
+
+// hintCollector exports a hint socket's counts (hintudp.Stats) as Prometheus counters.
+type hintCollector struct {
+	stats        func() hintudp.Stats
+	sent, failed *prometheus.Desc
+	received     *prometheus.Desc
+}
+
+// WatchHints exports the counts of the sidecar's hint socket: baton_hints_sent_total,
+// baton_hint_send_failures_total and baton_hints_received_total by result (delivered to a waiting
+// lock, malformed, or for no waiter here).
+func (m *Metrics) WatchHints(stats func() hintudp.Stats) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(&hintCollector{
+		stats:    stats,
+		sent:     prometheus.NewDesc("baton_hints_sent_total", "Hand-off hints sent to other sidecars.", nil, nil),
+		failed:   prometheus.NewDesc("baton_hint_send_failures_total", "Hand-off hints that could not be sent (no usable address, or the send failed).", nil, nil),
+		received: prometheus.NewDesc("baton_hints_received_total", "Datagrams received on the hint port, by result: delivered (to a waiting lock), nobody_waiting, malformed.", []string{"result"}, nil),
+	})
+}
+
+func (c *hintCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.sent
+	ch <- c.failed
+	ch <- c.received
+}
+
+func (c *hintCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(s.Sent))
+	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(s.SendFailed))
+	for result, n := range map[string]int{"delivered": s.Delivered, "nobody_waiting": s.NobodyWaiting, "malformed": s.Malformed} {
+		ch <- prometheus.MustNewConstMetric(c.received, prometheus.CounterValue, float64(n), result)
+	}
 }

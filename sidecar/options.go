@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,11 +30,14 @@ type Options struct {
 	// Cassandra is the lock store connection, with the credential and TLS files already read. Its
 	// ClusterName, when set, is the cluster the DistributedLock lives on
 	// (status.cassandraClusterName, injected by the webhook): the sidecar refuses any other.
-	Cassandra       cassandrastore.Connection
-	Pod             PodIdentity
-	SocketPath      string        // unix socket of the localhost API
-	ListenTCP       string        // optional loopback TCP address of the API ("" = off)
-	MetricsAddr     string        // loopback address of the Prometheus metrics
+	Cassandra   cassandrastore.Connection
+	Pod         PodIdentity
+	SocketPath  string // unix socket of the localhost API
+	ListenTCP   string // optional loopback TCP address of the API ("" = off)
+	MetricsAddr string // loopback address of the Prometheus metrics
+	// HintPort is the UDP port on the pod IP where other sidecars send hand-off hints (see
+	// lock.Hinter and package hintudp); 0 turns hints off, and waiters then only poll.
+	HintPort        int
 	ShutdownTimeout time.Duration // bound on releasing locks at SIGTERM
 	Kubeconfig      string        // kubeconfig outside a cluster ("" = in-cluster config)
 }
@@ -40,6 +45,7 @@ type Options struct {
 // PodIdentity is the pod the sidecar runs in, from the downward API.
 type PodIdentity struct {
 	Namespace, Name, UID string
+	IP                   string // status.podIP; needed only for hand-off hints
 }
 
 // ParseOptions reads options from args and, for anything not given as a flag, from getenv. It
@@ -66,18 +72,24 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 		return d
 	}
 	o := Options{
-		LockName:        v.Get(sidecarcontract.LockName),
-		LockIDs:         sidecarcontract.SplitList(v.Get(sidecarcontract.LockIDs)),
-		Mode:            batonv1.LockMode(v.Get(sidecarcontract.Mode)),
-		Lease:           dur(sidecarcontract.Lease),
-		Scope:           batonv1.LockScope(v.Get(sidecarcontract.Scope)),
-		TrafficPolicy:   batonv1.TrafficPolicy(v.Get(sidecarcontract.TrafficPolicy)),
-		Pod:             PodIdentity{Namespace: v.Get(sidecarcontract.PodNamespace), Name: v.Get(sidecarcontract.PodName), UID: v.Get(sidecarcontract.PodUID)},
+		LockName:      v.Get(sidecarcontract.LockName),
+		LockIDs:       sidecarcontract.SplitList(v.Get(sidecarcontract.LockIDs)),
+		Mode:          batonv1.LockMode(v.Get(sidecarcontract.Mode)),
+		Lease:         dur(sidecarcontract.Lease),
+		Scope:         batonv1.LockScope(v.Get(sidecarcontract.Scope)),
+		TrafficPolicy: batonv1.TrafficPolicy(v.Get(sidecarcontract.TrafficPolicy)),
+		Pod: PodIdentity{Namespace: v.Get(sidecarcontract.PodNamespace), Name: v.Get(sidecarcontract.PodName),
+			UID: v.Get(sidecarcontract.PodUID), IP: v.Get(sidecarcontract.PodIP)},
 		SocketPath:      v.Get(sidecarcontract.Socket),
 		ListenTCP:       v.Get(sidecarcontract.ListenTCP),
 		MetricsAddr:     v.Get(sidecarcontract.MetricsAddr),
 		ShutdownTimeout: dur(sidecarcontract.ShutdownTimeout),
 		Kubeconfig:      v.Get(sidecarcontract.Kubeconfig),
+	}
+	if port, err := strconv.Atoi(v.Get(sidecarcontract.HintPort)); err != nil {
+		errs = append(errs, sidecarcontract.Errorf(sidecarcontract.HintPort, "is %q: want a UDP port number, or 0 for no hints", v.Get(sidecarcontract.HintPort)))
+	} else {
+		o.HintPort = port
 	}
 	if len(errs) > 0 {
 		return o, fmt.Errorf("sidecar: invalid configuration:\n  %w", joinLines(errs))
@@ -132,10 +144,30 @@ func (o Options) problems() []error {
 	if o.SocketPath == "" || !strings.HasPrefix(o.SocketPath, "/") {
 		bad(sidecarcontract.Socket, "is %q: give an absolute path", o.SocketPath)
 	}
+	if o.HintPort < 0 || o.HintPort > 65535 {
+		bad(sidecarcontract.HintPort, "is %d: use a UDP port from 1 to 65535, or 0 for no hints", o.HintPort)
+	} else if o.HintPort > 0 {
+		if _, err := o.HintAddr(); err != nil {
+			bad(sidecarcontract.PodIP, "is %q: hand-off hints (%s %d) need this pod's IP; set it from the downward API (fieldRef status.podIP), or set %s to 0",
+				o.Pod.IP, sidecarcontract.HintPort.Env(), o.HintPort, sidecarcontract.HintPort.Env())
+		}
+	}
 	if o.ShutdownTimeout <= 0 {
 		bad(sidecarcontract.ShutdownTimeout, "is %v: give a positive duration", o.ShutdownTimeout)
 	}
 	return errs
+}
+
+// HintAddr returns where the sidecar listens for hand-off hints: the pod IP and HintPort.
+func (o Options) HintAddr() (netip.AddrPort, error) {
+	ip, err := netip.ParseAddr(o.Pod.IP)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("sidecar: pod IP %q: %w", o.Pod.IP, err)
+	}
+	if ip.IsUnspecified() || ip.IsMulticast() {
+		return netip.AddrPort{}, fmt.Errorf("sidecar: pod IP %q cannot receive hints", o.Pod.IP)
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(o.HintPort)), nil
 }
 
 // Owner returns the lock owner identity of this pod: namespace/name/uid.

@@ -73,6 +73,23 @@ func TestClusterNameOption(t *testing.T) {
 	}
 }
 
+// TestHintOptions: hand-off hints are off unless a port is set, and then listen on the pod IP.
+func TestHintOptions(t *testing.T) {
+	o, err := ParseOptions(nil, env(map[string]string{"POD_IP": "198.18.0.7"}))
+	if err != nil || o.HintPort != 0 {
+		t.Fatalf("default: port %d, %v; want hints off", o.HintPort, err)
+	}
+	for ip, want := range map[string]string{"198.18.0.7": "198.18.0.7:9465", "2001:db8::7": "[2001:db8::7]:9465", "::ffff:198.18.0.7": "198.18.0.7:9465"} {
+		o, err = ParseOptions(nil, env(map[string]string{"POD_IP": ip, "BATON_HINT_PORT": "9465"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr, err := o.HintAddr(); err != nil || addr.String() != want {
+			t.Errorf("pod IP %s: hint address %v, %v; want %s", ip, addr, err, want)
+		}
+	}
+}
+
 func TestParseOptionsFlagsWin(t *testing.T) {
 	o, err := ParseOptions([]string{"--mode=Try", "--lease", "5s", "--locks", "x"}, env(map[string]string{"BATON_MODE": "Blocking"}))
 	if err != nil {
@@ -115,6 +132,10 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"relative socket", []string{"--socket=baton.sock"}, nil, []string{"absolute path"}},
 		{"multi-line cluster name", nil, map[string]string{"BATON_CASSANDRA_CLUSTER_NAME": "prod\nother"}, []string{"--cassandra-cluster-name (BATON_CASSANDRA_CLUSTER_NAME)", "one line"}},
 		{"long cluster name", []string{"--cassandra-cluster-name=" + strings.Repeat("c", 257)}, nil, []string{"at most 256"}},
+		{"bad hint port", nil, map[string]string{"BATON_HINT_PORT": "udp"}, []string{"--hint-port (BATON_HINT_PORT) is \"udp\"", "0 for no hints"}},
+		{"hint port out of range", []string{"--hint-port=70000"}, nil, []string{"--hint-port (BATON_HINT_PORT) is 70000"}},
+		{"hints without pod IP", nil, map[string]string{"BATON_HINT_PORT": "9465"}, []string{"--pod-ip (POD_IP)", "status.podIP", "BATON_HINT_PORT to 0"}},
+		{"hints on every address", nil, map[string]string{"BATON_HINT_PORT": "9465", "POD_IP": "0.0.0.0"}, []string{"--pod-ip (POD_IP) is \"0.0.0.0\""}},
 		{"unknown flag", []string{"--colour"}, nil, []string{"flag provided but not defined", "-h"}},
 		{"stray argument", []string{"run"}, nil, []string{`unexpected argument "run"`}},
 	} {

@@ -14,7 +14,9 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/lock/hintudp"
 )
 
 // Run runs the sidecar until ctx ends (SIGTERM), then shuts down within opts.ShutdownTimeout:
@@ -50,7 +52,21 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		log.Info("connected to the lock store", "cluster", store.ClusterName())
 	}
 	metrics := NewMetrics()
-	holder, err := NewInstrumentedHolder(opts, store, log.WithName("holder"), metrics)
+	var lockOpts []lock.Option
+	if opts.HintPort > 0 {
+		addr, _ := opts.HintAddr() // validated above
+		// The socket outlives SIGTERM (ctx): the releases at shutdown tell the next waiters.
+		hintCtx, stopHints := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopHints()
+		hinter, err := hintudp.New(hintCtx, hintudp.Config{Bind: addr.String(), Log: log.WithName("hints")})
+		if err != nil {
+			return fmt.Errorf("sidecar: listening for hand-off hints (%s): %w", sidecarcontract.HintPort.Env(), err)
+		}
+		lockOpts = append(lockOpts, lock.WithHinter(hinter))
+		metrics.WatchHints(hinter.Stats)
+		log.Info("listening for hand-off hints", "address", "udp://"+hinter.Addr())
+	}
+	holder, err := NewInstrumentedHolder(opts, store, log.WithName("holder"), metrics, lockOpts...)
 	if err != nil {
 		return err
 	}

@@ -256,6 +256,9 @@ Without a sidecar:
                            (default 15s, 1s to 1h)
   --create-schema          create the keyspace and tables first if they do not exist
   --verbose                log the lock's progress to stderr
+  --hint-addr IP:PORT      receive hand-off hints on this UDP address (an IP others reach this
+                           host at): while waiting, the holder's release tells this process at
+                           once instead of at its next poll (default: poll only)
 
 Cassandra settings (a flag wins over its environment variable; --cassandra-hosts selects the mode
 without a sidecar):

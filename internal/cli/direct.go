@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/lock/hintudp"
 )
 
 // Bounds of the Cassandra work around the lock in direct mode.
@@ -70,7 +71,17 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 	if err != nil {
 		return ExitFailure, fmt.Errorf("making the owner identity: %w", err)
 	}
-	locker, err := lock.New(store, owner, lock.WithLease(o.lease), lock.WithLogger(log))
+	lockOpts := []lock.Option{lock.WithLease(o.lease), lock.WithLogger(log)}
+	if o.hintAddr != "" {
+		hctx, stopHints := context.WithCancel(ctx)
+		defer stopHints()
+		hinter, err := hintudp.New(hctx, hintudp.Config{Bind: o.hintAddr, Log: log.WithName("hints")})
+		if err != nil {
+			return ExitFailure, fmt.Errorf("listening for hand-off hints on --hint-addr %s: %w", o.hintAddr, err)
+		}
+		lockOpts = append(lockOpts, lock.WithHinter(hinter))
+	}
+	locker, err := lock.New(store, owner, lockOpts...)
 	if err != nil {
 		return 0, usagef("run", "%v", err)
 	}

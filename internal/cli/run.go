@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -28,12 +29,13 @@ type runOptions struct {
 	lease        time.Duration
 	createSchema bool
 	verbose      bool
+	hintAddr     string // IP:port to receive hand-off hints on ("" = poll only)
 }
 
 // directOnly are the flags of run that make sense only without a sidecar, besides
 // --cassandra-hosts, which selects that mode.
 var directOnly = func() []string {
-	flags := []string{"lease", "create-schema", "verbose"}
+	flags := []string{"lease", "create-schema", "verbose", "hint-addr"}
 	for _, s := range sidecarcontract.CassandraSettings() {
 		if s != sidecarcontract.CassandraHosts {
 			flags = append(flags, s.Flag())
@@ -53,6 +55,7 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 	lease := durationFlag(fs, "lease", lock.DefaultLease, "lease duration")
 	createSchema := fs.Bool("create-schema", false, "create baton's keyspace and tables first")
 	verbose := fs.Bool("verbose", false, "log the lock's progress")
+	hintAddr := fs.String("hint-addr", "", "IP:port where other baton processes and sidecars reach this one with hand-off hints")
 	argv, err := parseFlags(fs, "run", args, true)
 	if err != nil {
 		return 0, err
@@ -61,7 +64,7 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 		return 0, usagef("run", "no command to run: write baton run [flags] -- CMD [ARGS...]")
 	}
 	o := runOptions{argv: argv, lockID: strings.TrimSpace(*lockID), wait: *wait, grace: *grace,
-		socket: *socket, lease: *lease, createSchema: *createSchema, verbose: *verbose}
+		socket: *socket, lease: *lease, createSchema: *createSchema, verbose: *verbose, hintAddr: strings.TrimSpace(*hintAddr)}
 	if o.lockID != "" {
 		if err := lock.ValidateLockID(o.lockID); err != nil {
 			return 0, usagef("run", "--lock %q: %v: give 1 to %d printable characters without spaces", o.lockID, err, lock.MaxIDLength)
@@ -81,6 +84,11 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 		}
 		if o.lease < lock.MinLease || o.lease > lock.MaxLease {
 			return 0, usagef("run", "--lease is %v: give a duration from %v to %v", o.lease, lock.MinLease, lock.MaxLease)
+		}
+		if o.hintAddr != "" {
+			if ap, err := netip.ParseAddrPort(o.hintAddr); err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
+				return 0, usagef("run", "--hint-addr %q: give an IP address other processes reach this one at and a port, e.g. 198.18.0.7:9465", o.hintAddr)
+			}
 		}
 		return p.runDirect(ctx, o)
 	}

@@ -44,6 +44,11 @@ type Config struct {
 	// GlobalNamespaces are the namespaces whose DistributedLocks may use scope Global; "*" allows
 	// every namespace. Empty: Global is allowed nowhere.
 	GlobalNamespaces []string
+	// HintPort is the UDP port, on each pod's IP, where sidecars receive hand-off hints from the
+	// sidecars of other pods (package hintudp); 1024 to 65535. Unlike the other fields, 0 means
+	// off: waiters then only poll. The operator's flag --sidecar-hint-port defaults to
+	// hintudp.DefaultPort (9465).
+	HintPort int32
 }
 
 // GlobalAllowed reports whether DistributedLocks in namespace may use scope Global.
@@ -140,6 +145,9 @@ func (c Config) Validate() error {
 	p.consistencies(c.Cassandra.Consistency, c.Cassandra.SerialConsistency)
 	if c.Cassandra.CredentialsSecretRef != nil || c.Cassandra.TLSSecretRef != nil {
 		p.add("the default Cassandra connection names Secrets: the operator's own credentials come from its files, and a DistributedLock names its own Secrets in spec.cassandra")
+	}
+	if c.HintPort != 0 && (c.HintPort < 1024 || c.HintPort > 65535) {
+		p.add("hint port %d: use 1024 to 65535 (the sidecar runs without privileges), or 0 for no hand-off hints", c.HintPort)
 	}
 	for _, ns := range c.GlobalNamespaces {
 		if ns != "*" && !dns1123Label.MatchString(ns) {

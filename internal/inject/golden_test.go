@@ -34,6 +34,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/webhook"
+	"github.com/baton-dev/baton/lock/hintudp"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files testdata/*.yaml.injected")
@@ -50,7 +51,17 @@ func testConfig(name string) inject.Config {
 		},
 		NativeSidecars:   !strings.HasPrefix(name, "old-cluster"),
 		GlobalNamespaces: []string{"reports"},
+		HintPort:         hintPort(name),
 	}
+}
+
+// hintPort is the operator's default hint port, and off for the old cluster's pods: both shapes
+// of the sidecar are in the golden files.
+func hintPort(name string) int32 {
+	if strings.HasPrefix(name, "old-cluster") {
+		return 0
+	}
+	return hintudp.DefaultPort
 }
 
 // testCase is one testdata/<name>.yaml: a pod and, unless the case is about a missing lock, the

@@ -8,6 +8,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +44,9 @@ const (
 	TokenVolume = "baton-kube-api-access"
 	// TokenDir is where TokenVolume is mounted in the sidecar: where Kubernetes clients look.
 	TokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// HintPortName names the sidecar's UDP port for hand-off hints (Config.HintPort), so that a
+	// NetworkPolicy can allow it by name.
+	HintPortName = "baton-hint"
 )
 
 // readinessGate is the pod readiness gate of the ReadinessGate traffic policy; the sidecar sets
@@ -193,6 +197,10 @@ func sidecarContainer(s settings, cfg Config, socketMount corev1.VolumeMount) co
 	for _, sv := range s.secrets {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: sv.volume, MountPath: sv.dir, ReadOnly: true})
 	}
+	if cfg.HintPort != 0 {
+		// Declared for NetworkPolicies and for readers; a container port opens nothing by itself.
+		c.Ports = []corev1.ContainerPort{{Name: HintPortName, ContainerPort: cfg.HintPort, Protocol: corev1.ProtocolUDP}}
+	}
 	if s.mode == batonv1.ModeBlocking {
 		// The app must not start before the locks are held. The kubelet starts the containers
 		// after a native sidecar only once the sidecar's startup probe has succeeded, so this
@@ -282,13 +290,20 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 		env = append(env, v(sidecarcontract.ClusterName, s.clusterName))
 	}
 	env = append(env, s.fileEnv...)
-	return append(env,
+	env = append(env,
 		field(sidecarcontract.PodNamespace, "metadata.namespace"),
 		field(sidecarcontract.PodName, "metadata.name"),
 		field(sidecarcontract.PodUID, "metadata.uid"),
 		v(sidecarcontract.Socket, sidecarcontract.SocketPath),
 		v(sidecarcontract.ShutdownTimeout, cfg.ShutdownTimeout.String()),
 	)
+	if cfg.HintPort != 0 {
+		env = append(env,
+			field(sidecarcontract.PodIP, "status.podIP"),
+			v(sidecarcontract.HintPort, strconv.Itoa(int(cfg.HintPort))),
+		)
+	}
+	return env
 }
 
 // keyspacePattern is compiled once: resolve runs on every admitted pod.

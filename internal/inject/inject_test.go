@@ -171,7 +171,8 @@ func TestSidecarAcceptsInjectedEnv(t *testing.T) {
 		for _, e := range sidecarOf(t, p).Env {
 			v := e.Value
 			if e.ValueFrom != nil {
-				v = map[string]string{"metadata.namespace": "team-a", "metadata.name": "pod-1", "metadata.uid": "0c1d"}[e.ValueFrom.FieldRef.FieldPath]
+				v = map[string]string{"metadata.namespace": "team-a", "metadata.name": "pod-1", "metadata.uid": "0c1d",
+					"status.podIP": "198.18.0.7"}[e.ValueFrom.FieldRef.FieldPath]
 			}
 			for _, mounted := range []string{inject.CredentialsDir, inject.TLSDir} {
 				if strings.HasPrefix(v, mounted+"/") {
@@ -191,6 +192,9 @@ func TestSidecarAcceptsInjectedEnv(t *testing.T) {
 		}
 		if o.SocketPath != sidecarcontract.SocketPath || o.Pod.UID != "0c1d" {
 			t.Errorf("%s: sidecar options %+v", name, o)
+		}
+		if addr, err := o.HintAddr(); o.HintPort != 0 && (err != nil || addr.String() != "198.18.0.7:9465") {
+			t.Errorf("%s: sidecar hint address %v, %v; want the pod IP and port 9465", name, addr, err)
 		}
 		// The mounted credentials and TLS material reach the sidecar's connection.
 		if _, ok := env[sidecarcontract.UsernameFile.Env()]; ok && (o.Cassandra.Username != "baton" || o.Cassandra.Password != "s3cret") {
@@ -303,6 +307,8 @@ func TestInjectErrors(t *testing.T) {
 		}, is: inject.ErrConflict, message: `mounts volume "run"`},
 		{name: "no image", cfg: func(c *inject.Config) { c.Image = "" }, is: inject.ErrInvalidConfig, message: "sidecar image is empty"},
 		{name: "long shutdown", cfg: func(c *inject.Config) { c.ShutdownTimeout = time.Hour }, is: inject.ErrInvalidConfig, message: "shutdown timeout 1h0m0s"},
+		{name: "privileged hint port", cfg: func(c *inject.Config) { c.HintPort = 53 }, is: inject.ErrInvalidConfig, message: "hint port 53: use 1024 to 65535"},
+		{name: "hint port out of range", cfg: func(c *inject.Config) { c.HintPort = 70000 }, is: inject.ErrInvalidConfig, message: "hint port 70000"},
 		{name: "bad consistency", cfg: func(c *inject.Config) { c.Cassandra.Consistency = "ONE" }, is: inject.ErrInvalidConfig, message: `"ONE"`},
 		{name: "default connection with a Secret", cfg: func(c *inject.Config) { c.Cassandra.TLSSecretRef = &batonv1.TLSSecretRef{Name: "tls"} },
 			is: inject.ErrInvalidConfig, message: "default Cassandra connection names Secrets"},

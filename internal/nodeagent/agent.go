@@ -295,7 +295,7 @@ func (a *Agent) podKubeconfig(ctx context.Context, pod *corev1.Pod, path string)
 	return path, nil
 }
 
-// reportStatus writes the kubelet's part of pod's status: Running on 127.0.0.1, every container
+// reportStatus writes the kubelet's part of pod's status: Running on its loopback address (podIP), every container
 // running and ready, and Ready = ContainersReady and every readiness gate True. Other conditions
 // (baton.dev/lock-held) are left as they are.
 func (a *Agent) reportStatus(ctx context.Context, pod *corev1.Pod, sidecarExited bool) error {
@@ -341,6 +341,8 @@ func resolveEnv(pod *corev1.Pod, vars []corev1.EnvVar) ([]string, error) {
 				v = pod.Name
 			case "metadata.uid":
 				v = string(pod.UID)
+			case "status.podIP":
+				v = podIP(pod)
 			default:
 				return nil, fmt.Errorf("env %s: unsupported field %s", e.Name, f.FieldRef.FieldPath)
 			}

@@ -1,12 +1,25 @@
 package nodeagent
 
 import (
+	"hash/fnv"
+	"net/netip"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/baton-dev/baton/internal/inject"
 )
+
+// podIP is the address the agent gives a pod: one of 127.64.0.0/10, from its UID. Every sidecar
+// process runs on this host, but each binds its own loopback address, as pods bind their own IPs
+// (the hand-off hint port is the same in every pod).
+func podIP(pod *corev1.Pod) string {
+	h := fnv.New32a()
+	h.Write([]byte(pod.UID))
+	v := h.Sum32()
+	return netip.AddrFrom4([4]byte{127, byte(64 + v>>16&63), byte(v >> 8), byte(v)}).String()
+}
 
 // kubeletConditions are the pod conditions a kubelet owns.
 var kubeletConditions = []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady}
@@ -16,8 +29,9 @@ var kubeletConditions = []corev1.PodConditionType{corev1.PodScheduled, corev1.Po
 func kubeletStatus(pod *corev1.Pod, sidecarExited bool) corev1.PodStatus {
 	st := *pod.Status.DeepCopy()
 	st.Phase = corev1.PodRunning
-	st.PodIP, st.HostIP = "127.0.0.1", "127.0.0.1"
-	st.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+	ip := podIP(pod)
+	st.PodIP, st.HostIP = ip, "127.0.0.1"
+	st.PodIPs = []corev1.PodIP{{IP: ip}}
 	st.HostIPs = []corev1.HostIP{{IP: "127.0.0.1"}}
 	if st.StartTime == nil {
 		st.StartTime = ptrTime(pod.CreationTimestamp)

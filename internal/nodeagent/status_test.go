@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -68,11 +69,25 @@ func TestResolveEnv(t *testing.T) {
 	got, err := resolveEnv(pod, []corev1.EnvVar{
 		{Name: "A", Value: "1"}, {Name: "NS", ValueFrom: field("metadata.namespace")},
 		{Name: "N", ValueFrom: field("metadata.name")}, {Name: "U", ValueFrom: field("metadata.uid")},
+		{Name: "IP", ValueFrom: field("status.podIP")},
 	})
-	if err != nil || !slices.Equal(got, []string{"A=1", "NS=ns", "N=p", "U=u-1"}) {
+	if err != nil || !slices.Equal(got, []string{"A=1", "NS=ns", "N=p", "U=u-1", "IP=" + podIP(pod)}) {
 		t.Errorf("resolveEnv = %q, %v", got, err)
 	}
 	if _, err := resolveEnv(pod, []corev1.EnvVar{{Name: "X", ValueFrom: field("spec.nodeName")}}); err == nil {
 		t.Error("an unsupported field was accepted")
+	}
+}
+
+// TestPodIPs: each pod gets its own loopback address, the same every time.
+func TestPodIPs(t *testing.T) {
+	a := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "0c1d-1"}}
+	b := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "0c1d-2"}}
+	ipA, err := netip.ParseAddr(podIP(a))
+	if err != nil || !ipA.IsLoopback() || podIP(a) != podIP(a.DeepCopy()) || podIP(a) == podIP(b) {
+		t.Fatalf("pod IPs %s and %s: want two distinct, stable loopback addresses", podIP(a), podIP(b))
+	}
+	if st := kubeletStatus(a, false); st.PodIP != podIP(a) || st.PodIPs[0].IP != podIP(a) {
+		t.Errorf("status reports pod IP %s, the env %s", st.PodIP, podIP(a))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/lock/hintudp"
 )
 
 // Webhook certificate modes.
@@ -99,6 +101,15 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "how often DistributedLock status is re-read from the lock store")
 	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
 	fs.StringVar(&o.NativeSidecars, "native-sidecars", NativeAuto, "inject native sidecars (Kubernetes >= 1.29): auto (from the server version), true or false")
+	fs.Func("sidecar-hint-port", fmt.Sprintf("UDP port on each pod's IP for hand-off hints between sidecars, 1024-65535; 0: off, waiters only poll (default %d)", hintudp.DefaultPort), func(v string) error {
+		port, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("want a port number, or 0 for no hints")
+		}
+		o.Inject.HintPort = int32(port)
+		return nil
+	})
+	o.Inject.HintPort = hintudp.DefaultPort
 	fs.DurationVar(&o.Inject.ShutdownTimeout, "sidecar-shutdown-timeout", sidecarcontract.DefaultShutdownTimeout, "how long a sidecar may take to release its locks at shutdown (at most 5m)")
 	fs.StringVar(&o.CassandraUsernameFile, "cassandra-username-file", "", "file holding the operator's Cassandra user name for the default contact points")
 	fs.StringVar(&o.CassandraPasswordFile, "cassandra-password-file", "", "file holding the operator's Cassandra password")

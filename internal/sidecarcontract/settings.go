@@ -39,10 +39,12 @@ const (
 	PodNamespace Setting = "pod-namespace"
 	PodName      Setting = "pod-name"
 	PodUID       Setting = "pod-uid"
+	PodIP        Setting = "pod-ip"
 
 	Socket          Setting = "socket"
 	ListenTCP       Setting = "listen-tcp"
 	MetricsAddr     Setting = "metrics-addr"
+	HintPort        Setting = "hint-port"
 	ShutdownTimeout Setting = "shutdown-timeout"
 	Kubeconfig      Setting = "kubeconfig"
 )
@@ -79,10 +81,12 @@ var table = []row{
 	{PodNamespace, "POD_NAMESPACE", "namespace of this pod (downward API)", ""},
 	{PodName, "POD_NAME", "name of this pod (downward API)", ""},
 	{PodUID, "POD_UID", "UID of this pod (downward API)", ""},
+	{PodIP, "POD_IP", "IP of this pod (downward API status.podIP): where other sidecars send hand-off hints", ""},
 
 	{Socket, EnvSocket, "unix socket of the localhost API", SocketPath},
 	{ListenTCP, "BATON_LISTEN_TCP", "also serve the API on this loopback TCP address (empty: off)", ""},
 	{MetricsAddr, "BATON_METRICS_ADDR", "loopback address of the Prometheus metrics", "127.0.0.1:9464"},
+	{HintPort, "BATON_HINT_PORT", "UDP port on the pod IP for hand-off hints from other sidecars (0: off, waiters only poll)", "0"},
 	{ShutdownTimeout, "BATON_SHUTDOWN_TIMEOUT", "how long releasing locks may take at SIGTERM", DefaultShutdownTimeout.String()},
 	{Kubeconfig, "BATON_KUBECONFIG", "kubeconfig for running outside a cluster (default: in-cluster config)", ""},
 }

@@ -1,0 +1,109 @@
+package main_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+// freePort returns a port that is free on 127.0.0.1 for network ("tcp" or "udp") right now.
+func freePort(t *testing.T, network string) int {
+	t.Helper()
+	switch network {
+	case "udp":
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port
+	default:
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+}
+
+// metric reads one sample of a sidecar's metrics endpoint: the value of the line that starts with
+// name (with its labels), or -1 when there is none.
+func metric(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+// TestSidecarsHandOffWithHints: sidecar processes that listen for hand-off hints on their "pod
+// IPs" (127.0.0.11 to .13, one port, as pods share a port on different IPs) hand the lock over
+// on SIGTERM by a hint: the next holder's metrics count a hint delivered to its waiting lock,
+// and the releasing side counts hints sent.
+func TestSidecarsHandOffWithHints(t *testing.T) {
+	ns := fmt.Sprintf("hints-%d", time.Now().UnixNano())
+	storeReady(t)
+	port := freePort(t, "udp")
+	var all []*sidecarProc
+	metricsURL := map[*sidecarProc]string{}
+	for i, name := range []string{"h1", "h2", "h3"} {
+		mport := freePort(t, "tcp")
+		p := startSidecar(t, ns, name, fmt.Sprintf("POD_IP=127.0.0.%d", 11+i), fmt.Sprintf("BATON_HINT_PORT=%d", port),
+			fmt.Sprintf("BATON_METRICS_ADDR=127.0.0.1:%d", mport))
+		metricsURL[p] = fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
+		all = append(all, p)
+		if i == 0 {
+			onlyHolder(t, all, 10*time.Second)
+		}
+	}
+	holder := onlyHolder(t, all, 10*time.Second)
+	streams := map[*sidecarProc]<-chan sidecarclient.Event{}
+	for _, p := range all {
+		if p != holder {
+			streams[p] = events(t, p)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let the streams connect
+
+	termAt := time.Now()
+	holder.cmd.Process.Signal(syscall.SIGTERM)
+	var next *sidecarProc
+	waitFor(t, "a waiting sidecar to acquire after SIGTERM", 10*time.Second, func() bool {
+		for p, ch := range streams {
+			select {
+			case e := <-ch:
+				if e.Type == sidecarclient.EventAcquired {
+					next = p
+				}
+			default:
+			}
+		}
+		return next != nil
+	})
+	t.Logf("hand-off after SIGTERM with hints: %s acquired %v after the signal", next.name, time.Since(termAt).Round(time.Millisecond))
+	if got := metric(t, metricsURL[next], `baton_hints_received_total{result="delivered"}`); got < 1 {
+		t.Errorf("the new holder %s counts %v hints delivered to its lock, want at least 1", next.name, got)
+	}
+	if got := metric(t, metricsURL[next], `baton_hints_received_total{result="malformed"}`); got != 0 {
+		t.Errorf("the new holder counts %v malformed hint datagrams", got)
+	}
+}

@@ -139,7 +139,7 @@ soak: ## 1,000 simulated histories per fault class
 	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
 
 .PHONY: bench
-bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton, client-go; the comparison alone about 9 min)
+bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton in process, baton sidecar processes with UDP hints, client-go; the comparison alone about 10 min)
 	$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./lock/cassandrastore/
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./internal/webhook/
 	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./internal/bench/compare/ -compare.run $(COMPAREFLAGS)

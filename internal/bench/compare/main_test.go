@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -38,11 +40,42 @@ var (
 	kube = testenv.NewKube()
 )
 
+// sidecarBinary is cmd/sidecar, built once into a directory TestMain removes.
+var sidecarBinary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// buildSidecar builds cmd/sidecar once per test binary.
+func buildSidecar(t *testing.T) (binary, dir string) {
+	t.Helper()
+	b := &sidecarBinary
+	b.once.Do(func() {
+		// Short: the sidecars' unix sockets live here too, and a socket path has at most 107 bytes.
+		if b.dir, b.err = os.MkdirTemp("", "cmp"); b.err != nil {
+			return
+		}
+		b.path = filepath.Join(b.dir, "sidecar")
+		if out, err := exec.Command("go", "build", "-o", b.path, "../../../cmd/sidecar").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/sidecar: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path, b.dir
+}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
 	cassandra.Stop()
 	kube.Stop()
+	if sidecarBinary.dir != "" {
+		os.RemoveAll(sidecarBinary.dir)
+	}
 	os.Exit(code)
 }
 
@@ -114,6 +147,7 @@ func setup(t *testing.T, n int) *env {
 const (
 	nameBaton     = "baton queue lock (defaults, polling)"
 	nameBatonHint = "baton queue lock + in-process hand-off hint"
+	nameSidecars  = "baton sidecar processes + UDP hints"
 )
 
 // systems returns every system under comparison with lease; log goes to the lock clients.
@@ -137,11 +171,22 @@ func systems(t *testing.T, e *env, lease time.Duration, log logr.Logger) []compa
 	if err != nil {
 		t.Fatal(err)
 	}
+	binary, dir := buildSidecar(t)
+	port, err := compare.FreeUDPPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecars, err := compare.NewSidecars(compare.SidecarsConfig{Name: nameSidecars, Binary: binary,
+		Hosts: cassandra.Cluster(t).Hosts(), Keyspace: keyspace, Lease: lease, HintPort: port, Dir: dir, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sidecars.Close)
 	le, err := compare.NewLeaderElection(e.kube, namespace, lease, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []compare.System{old, lwt, baton, hinted, le}
+	return []compare.System{old, lwt, baton, hinted, sidecars, le}
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

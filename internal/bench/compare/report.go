@@ -34,7 +34,8 @@ func newReport(cfg Config, systems []System) *Report {
 	}
 	for _, s := range systems {
 		r.Systems = append(r.Systems, s.Name())
-		if _, ok := s.(*Baton); ok {
+		switch s.(type) {
+		case *Baton, *Sidecars:
 			r.baton[s.Name()] = true
 		}
 	}

@@ -206,6 +206,7 @@ func uncontended(ctx context.Context, log logr.Logger, cfg Config, run string, s
 		}
 		contenders[i] = c
 	}
+	defer closeContenders(contenders)
 	// A freshly started node answers LWTs markedly faster after a few hundred of them (JIT).
 	warmup := uncontendedWarmup(cfg)
 	for k := -warmup; k < cfg.UncontendedSamples; k++ {
@@ -295,6 +296,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// Closer is implemented by contenders that hold resources of their own (a sidecar process). The
+// scenarios close every contender they made once they are done with it.
+type Closer interface{ Close() }
+
+// closeContenders closes the contenders that are Closers; nil entries are skipped.
+func closeContenders(cs []Contender) {
+	for _, c := range cs {
+		if cl, ok := c.(Closer); ok {
+			cl.Close()
+		}
+	}
+}
+
 // Handoff measures, on pairs locks at once, the time from the holder's Release call to the waiting
 // contender's Acquire returning. A grant before the release started is a safety violation and an
 // error.
@@ -308,6 +322,7 @@ func Handoff(ctx context.Context, sys System, run string, pairs, rounds int, set
 		g.Go(func() error {
 			lockID := fmt.Sprintf("%s-%d", run, p)
 			var cs [2]Contender
+			defer func() { closeContenders(cs[:]) }()
 			for i := range cs {
 				c, err := sys.Contender(ctx, lockID, i)
 				if err != nil {
@@ -401,9 +416,15 @@ func Failover(ctx context.Context, sys System, run string, pairs, rounds int, le
 		g.Go(func() error {
 			lockID := fmt.Sprintf("%s-%d", run, p)
 			next := 0
+			var made []Contender
+			defer func() { closeContenders(made) }()
 			contender := func() (Contender, error) {
 				next++
-				return sys.Contender(ctx, lockID, next-1)
+				c, err := sys.Contender(ctx, lockID, next-1)
+				if err == nil {
+					made = append(made, c)
+				}
+				return c, err
 			}
 			c, err := contender()
 			if err != nil {
@@ -503,6 +524,7 @@ func (c Cell) Jain() float64 { return Jain(c.PerContender) }
 // and then window, and counts each contender's acquisitions within the window.
 func Throughput(ctx context.Context, sys System, lockID string, n int, lease, warmup, window time.Duration) (Cell, error) {
 	cs := make([]Contender, n)
+	defer closeContenders(cs)
 	for i := range cs {
 		c, err := sys.Contender(ctx, lockID, i)
 		if err != nil {

@@ -152,3 +152,69 @@ func TestHintsAreTargeted(t *testing.T) {
 		}
 	})
 }
+
+// TestForgedFreeHintKeepsQueuePlace: a head told that the lock is free grants itself on the
+// named record while its queue entry is removed; when the record was not free (a forged or stale
+// hint), the grant does not apply, the entry comes back under its old name, and the queue order is
+// unchanged: the head is still granted before the waiter behind it.
+func TestForgedFreeHintKeepsQueuePlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		hinter := localhint.New()
+		newLocker := func(i int) *lock.Locker {
+			l, err := lock.New(mem.Client(uint64(i+1), fastFaults), lock.Owner{Identity: fmt.Sprintf("c%d", i), Incarnation: "1"},
+				lock.WithLease(5*time.Second), lock.WithHinter(hinter))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		holder, err := newLocker(0).Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu    sync.Mutex
+			order []string
+			wg    sync.WaitGroup
+		)
+		for i := 1; i <= 2; i++ {
+			l := newLocker(i)
+			wg.Go(func() {
+				lease, err := l.Acquire(ctx, "x")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				order = append(order, l.Owner().Identity)
+				mu.Unlock()
+				_ = lease.Release(ctx)
+			})
+			waitQueued(t, mem, i)
+		}
+		time.Sleep(3 * time.Second) // both have read the queue since: c1 knows it is the head
+		queue, _ := mem.Client(9, memstore.Faults{}).Queue(ctx, "x", 10)
+		head := queue[0]
+		rec, _ := mem.Record("x")
+		// The record is held by c0: name a free record that never was.
+		hinter.Send(head.Hint, lock.Hint{LockID: "x", Owner: head.Owner, Enqueued: head.Enqueued, Kind: lock.HintFree,
+			Token: rec.Token, Version: rec.Version + 1})
+		time.Sleep(time.Second)
+		after, _ := mem.Client(9, memstore.Faults{}).Queue(ctx, "x", 10)
+		if len(after) != 2 || !after[0].Same(head) {
+			t.Fatalf("queue after the forged hint: %v, want %v first again", after, head)
+		}
+		if got, _ := mem.Record("x"); got.Owner != rec.Owner || got.Token != rec.Token {
+			t.Fatalf("record after the forged hint: %+v, want c0's grant unchanged", got)
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if fmt.Sprint(order) != "[c1 c2]" {
+			t.Fatalf("granted in order %v, want [c1 c2]", order)
+		}
+	})
+}

@@ -226,6 +226,8 @@ type acquisition struct {
 	next        QueueEntry
 	triedFirst  bool // the CAS-first attempt (casFirst) has been made or ruled out
 
+	dequeued <-chan struct{} // our entry's removal, when it started before the grant (contendDequeued)
+
 	hintAddr string      // where we listen for hints; written into our queue entry
 	hints    <-chan Hint // hints for our queue entry
 	budget   hintBudget  // how many hints we may still act on
@@ -321,9 +323,15 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 		// queue read), grant ourselves on exactly that record; otherwise the same, beside a
 		// queue read, giving it back if others are ahead (casFirst).
 		if a.wasHead && l.opts.clock.Since(a.queueReadAt) < l.opts.waiterPoll {
-			return a.contend(ctx, &loaded{rec: free, ok: true, sent: l.opts.clock.Now()})
+			lease, wait, _, err := a.leavingQueue(ctx, func() (*Lease, time.Duration, bool, error) {
+				lease, wait, err := a.contend(ctx, &loaded{rec: free, ok: true, sent: l.opts.clock.Now()})
+				return lease, wait, true, err
+			})
+			return lease, wait, err
 		}
-		if lease, wait, done, err := a.casFirst(ctx, free); done {
+		if lease, wait, done, err := a.leavingQueue(ctx, func() (*Lease, time.Duration, bool, error) {
+			return a.casFirst(ctx, free)
+		}); done {
 			return lease, wait, err
 		}
 	}
@@ -406,6 +414,32 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 		r = &got
 	}
 	return a.contend(ctx, r)
+}
+
+// leavingQueue runs grant, a grant on a free record a release hint named, while our queue entry is
+// being removed, instead of removing it after the grant: the grant almost always applies, and the
+// release that follows waits for the removal. If it does not apply, the entry is written again
+// under its old name, so it keeps its place (the queue decides fairness, never safety).
+func (a *acquisition) leavingQueue(ctx context.Context, grant func() (*Lease, time.Duration, bool, error)) (*Lease, time.Duration, bool, error) {
+	dequeued := a.leaveQueueInBackground(ctx, false)
+	a.dequeued = dequeued
+	lease, wait, done, err := grant()
+	if lease != nil {
+		// Tell the waiter behind us, now that grant's queue read (if any) says who it is, once
+		// our entry is gone.
+		l, lockID, next := a.l, a.lockID, a.nextAfterUs()
+		go func() {
+			<-dequeued
+			l.hintAhead(lockID, next)
+		}()
+		return lease, wait, done, err
+	}
+	<-dequeued
+	a.dequeued, a.queued = nil, true // our entry's name is unchanged: rewrite it
+	if qerr := a.enqueue(ctx); qerr != nil && err == nil {
+		err = qerr
+	}
+	return nil, wait, done, err
 }
 
 // contend is the head's part of a step: read the owner record (or take the read already made, r)
@@ -576,7 +610,11 @@ func (a *acquisition) granted(ctx context.Context, next Record, sent time.Time) 
 	// ahead of them, so it is removed after Acquire returns, off the critical path. The lease
 	// waits for the removal before it gives the record back, so that the next waiter does not
 	// find us still ahead of it then.
-	dequeued := a.leaveQueueInBackground(ctx)
+	dequeued := a.dequeued
+	if dequeued == nil {
+		dequeued = a.leaveQueueInBackground(ctx, true)
+	}
+	a.dequeued = nil
 	lease := startLease(l, a.lockID, next, sent, dequeued, queueView{read: a.queueReadAt, othersSeen: a.othersSeen, next: a.next})
 	if err := ctx.Err(); err != nil {
 		// Granted, but our caller is gone: give the record back at once rather than leave a grant
@@ -627,7 +665,7 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 		return a.grantedFirst(ctx, w.next, w.sent)
 	}
 	a.readQueue(l.opts.clock.Now(), queue)
-	ahead, _ := position(queue, a.entry, l.owner)
+	ahead := aheadOf(queue, a.entry, l.owner)
 	if ahead == 0 || l.opts.mutations.has(mutBargeAhead) {
 		a.wasHead, a.ahead = true, 0
 		return a.grantedFirst(ctx, w.next, w.sent)
@@ -648,7 +686,7 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 	switch {
 	case !a.block:
 		return nil, 0, true, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead)
-	case a.queued:
+	case a.queued || a.dequeued != nil: // queued, or being dequeued and put back by leavingQueue
 		return nil, l.opts.waiterPoll, true, nil
 	}
 	return nil, l.opts.waiterPoll, true, a.enqueue(ctx)
@@ -780,17 +818,21 @@ func (a *acquisition) leaveQueue(ctx context.Context) {
 	a.l.dequeue(context.WithoutCancel(ctx), a.lockID, a.entry, a.nextAfterUs())
 }
 
-// leaveQueueInBackground removes our queue entry after a grant, in a goroutine of its own bounded
-// by the request timeout. The returned channel is closed when the entry is gone (or the removal
-// failed); at once when we were not queued.
-func (a *acquisition) leaveQueueInBackground(ctx context.Context) <-chan struct{} {
+// leaveQueueInBackground removes our queue entry for a grant, in a goroutine of its own bounded by
+// the request timeout, and then, with tellNext, tells the waiter behind us that it is the head. The
+// returned channel is closed when the entry is gone (or the removal failed); at once when we were
+// not queued.
+func (a *acquisition) leaveQueueInBackground(ctx context.Context, tellNext bool) <-chan struct{} {
 	done := make(chan struct{})
 	if !a.queued {
 		close(done)
 		return done
 	}
 	a.queued = false
-	l, lockID, entry, next := a.l, a.lockID, a.entry, a.nextAfterUs()
+	l, lockID, entry, next := a.l, a.lockID, a.entry, QueueEntry{}
+	if tellNext {
+		next = a.nextAfterUs()
+	}
 	go func() {
 		defer close(done)
 		l.dequeue(context.WithoutCancel(ctx), lockID, entry, next)
@@ -816,6 +858,20 @@ func (l *Locker) dequeue(ctx context.Context, lockID string, e, next QueueEntry)
 		l.opts.log.V(1).Info("leaving queue failed; the entry ages out", "lock", lockID, "err", err.Error())
 	}
 	l.hintAhead(lockID, next)
+}
+
+// aheadOf counts the entries of other owners in queue that are ahead of mine, by queue order
+// whether or not mine is in the queue read (it may be being removed); without an entry of ours
+// (never queued), every entry of another owner is ahead.
+func aheadOf(queue []QueueEntry, mine QueueEntry, owner Owner) int {
+	self := owner.String()
+	ahead := 0
+	for _, e := range queue {
+		if e.Owner != self && (mine.Enqueued == 0 || e.Less(mine)) {
+			ahead++
+		}
+	}
+	return ahead
 }
 
 // position returns how many entries of other owners are ahead of ours and whether ours is in the

@@ -142,7 +142,14 @@ soak: ## 1,000 simulated histories per fault class
 bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton in process, baton sidecar processes with UDP hints, client-go; the comparison alone about 10 min)
 	$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./lock/cassandrastore/
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./internal/webhook/
-	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./internal/bench/compare/ -compare.run $(COMPAREFLAGS)
+	$(MAKE) bench-compare
+
+.PHONY: bench-compare
+bench-compare: install-deps ## the side-by-side comparison alone (about 11 min): tables, raw results and charts into docs/bench/ (compare.md, compare.json, *.png)
+	@mkdir -p docs/bench
+	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./internal/bench/compare/ -compare.run \
+	  -compare.out docs/bench/compare.md -compare.json docs/bench/compare.json $(COMPAREFLAGS)
+	$(GO) run ./internal/bench/plots/cmd -in docs/bench/compare.json -out docs/bench
 
 .PHONY: build
 build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does

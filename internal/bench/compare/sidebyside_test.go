@@ -25,6 +25,7 @@ var (
 	quickFlag   = flag.Bool("compare.quick", false, "with -compare.run: a reduced run of about 3 minutes (p99s on few samples)")
 	leaseFlag   = flag.Duration("compare.lease", 3*time.Second, "lease of every system (whole seconds)")
 	outFlag     = flag.String("compare.out", "", "also write the Markdown tables to this file")
+	jsonFlag    = flag.String("compare.json", "", "also write the raw results as JSON to this file (for package plots)")
 	systemsFlag = flag.String("compare.systems", "", "comma-separated substrings of system names to measure (default: all)")
 	metricsFlag = flag.String("compare.metrics", "", "comma-separated subset of "+strings.Join(compare.AllMetrics, ",")+" (default: all)")
 )
@@ -69,6 +70,15 @@ func TestSideBySide(t *testing.T) {
 	_, _ = io.Copy(os.Stdout, bytes.NewReader(buf.Bytes()))
 	if *outFlag != "" {
 		if werr := os.WriteFile(*outFlag, buf.Bytes(), 0o644); werr != nil {
+			t.Fatal(werr)
+		}
+	}
+	if *jsonFlag != "" {
+		var js bytes.Buffer
+		if werr := rep.Results(machine()).WriteJSON(&js); werr != nil {
+			t.Fatal(werr)
+		}
+		if werr := os.WriteFile(*jsonFlag, js.Bytes(), 0o644); werr != nil {
 			t.Fatal(werr)
 		}
 	}

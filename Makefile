@@ -148,7 +148,7 @@ bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admis
 bench-compare: install-deps ## the side-by-side comparison alone (about 11 min): tables, raw results and charts into docs/bench/ (compare.md, compare.json, *.png)
 	@mkdir -p docs/bench
 	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./internal/bench/compare/ -compare.run \
-	  -compare.out docs/bench/compare.md -compare.json docs/bench/compare.json $(COMPAREFLAGS)
+	  -compare.out $(CURDIR)/docs/bench/compare.md -compare.json $(CURDIR)/docs/bench/compare.json $(COMPAREFLAGS)
 	$(GO) run ./internal/bench/plots/cmd -in docs/bench/compare.json -out docs/bench
 
 .PHONY: build

@@ -21,7 +21,7 @@ import (
 )
 
 // Files are the charts Write makes, in the order it makes them.
-var Files = []string{"cycles.png", "jain.png", "handoff-cdf.png", "failover.png", "requests.png"}
+var Files = []string{"cycles.png", "handovers.png", "jain.png", "handoff-cdf.png", "failover.png", "requests.png"}
 
 // Write draws every chart of res into dir (created if missing) and returns the paths written.
 // A chart without data (a run that skipped its metric) is not written.
@@ -32,7 +32,7 @@ func Write(dir string, res compare.Results) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("plots: %w", err)
 	}
-	charts := []func(compare.Results) (*chart, error){cycles, jain, handoffCDF, failover, requests}
+	charts := []func(compare.Results) (*chart, error){cycles, handovers, jain, handoffCDF, failover, requests}
 	var written []string
 	for i, chart := range charts {
 		p, err := chart(res)
@@ -137,6 +137,18 @@ func perContenders(res compare.Results, p *chart, value func(compare.CellJSON) (
 func cycles(res compare.Results) (*chart, error) {
 	p := newPlot("Acquire+release cycles per second on one lock", "contenders", "cycles per second")
 	drawn, err := perContenders(res, p, func(c compare.CellJSON) (float64, bool) { return c.CyclesPerSecond, true })
+	if err != nil || !drawn {
+		return nil, err
+	}
+	p.Y.Min = 0
+	return p, nil
+}
+
+// handovers draws acquisitions by another contender than the previous holder: a lock that lets the
+// releaser take it straight back has high cycles per second but few handovers.
+func handovers(res compare.Results) (*chart, error) {
+	p := newPlot("Handovers per second in the same loop (the lock changed hands)", "contenders", "handovers per second")
+	drawn, err := perContenders(res, p, func(c compare.CellJSON) (float64, bool) { return c.HandoversPerSecond, c.Contenders > 1 })
 	if err != nil || !drawn {
 		return nil, err
 	}

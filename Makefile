@@ -57,7 +57,9 @@ test: check install-deps ## all tests, race detector on, against real Cassandra 
 	@for target in internal/sidecarapi:FuzzHandler lock:FuzzParseOwner lock:FuzzValidateLockID lock/hintudp:FuzzParseHint; do \
 	  pkg=$${target%%:*}; fn=$${target##*:}; \
 	  echo "fuzz $$fn ($(FUZZTIME))"; \
-	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/ 2>&1 | tail -n 3 | tee -a $(OUT)/test.log; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/ > $(OUT)/fuzz-$$fn.log 2>&1; \
+	  if grep -qE '^(FAIL|panic:|--- FAIL)' $(OUT)/fuzz-$$fn.log; then n=60; else n=3; fi; \
+	  tail -n $$n $(OUT)/fuzz-$$fn.log | tee -a $(OUT)/test.log; \
 	done
 	@! grep -qE '^(FAIL|panic:|--- FAIL)' $(OUT)/test.log
 	@echo "full log: $(OUT)/test.log"

@@ -36,6 +36,17 @@ func (h *recordingHinter) take() []lock.Hint {
 	return sent
 }
 
+// numberedLocker returns client i's Locker on mem: owner c<i>, its own memstore client with the
+// 1–3 ms latency of fastFaults.
+func numberedLocker(t *testing.T, mem *memstore.Store, i int, opts ...lock.Option) *lock.Locker {
+	t.Helper()
+	l, err := lock.New(mem.Client(uint64(i+1), fastFaults), lock.Owner{Identity: fmt.Sprintf("c%d", i), Incarnation: "1"}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // handOffChain queues waiters behind a holder and releases the lock down the chain: each waiter
 // releases as soon as it is granted. It returns how long each hand-off took, from the release to
 // the next grant, in virtual time.
@@ -46,13 +57,7 @@ func handOffChain(t *testing.T, hinter lock.Hinter, waiters int, hold time.Durat
 	if hinter != nil {
 		opts = append(opts, lock.WithHinter(hinter))
 	}
-	newLocker := func(i int) *lock.Locker {
-		l, err := lock.New(mem.Client(uint64(i+1), fastFaults), lock.Owner{Identity: fmt.Sprintf("c%d", i), Incarnation: "1"}, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	newLocker := func(i int) *lock.Locker { return numberedLocker(t, mem, i, opts...) }
 	holder, err := newLocker(0).Acquire(ctx, "x")
 	if err != nil {
 		t.Fatal(err)
@@ -163,12 +168,7 @@ func TestForgedFreeHintKeepsQueuePlace(t *testing.T) {
 		ctx := context.Background()
 		hinter := localhint.New()
 		newLocker := func(i int) *lock.Locker {
-			l, err := lock.New(mem.Client(uint64(i+1), fastFaults), lock.Owner{Identity: fmt.Sprintf("c%d", i), Incarnation: "1"},
-				lock.WithLease(5*time.Second), lock.WithHinter(hinter))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
+			return numberedLocker(t, mem, i, lock.WithLease(5*time.Second), lock.WithHinter(hinter))
 		}
 		holder, err := newLocker(0).Acquire(ctx, "x")
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -874,17 +875,8 @@ func aheadOf(queue []QueueEntry, mine QueueEntry, owner Owner) int {
 	return ahead
 }
 
-// position returns how many entries of other owners are ahead of ours and whether ours is in the
-// queue. Without an entry of ours, every entry of another owner counts as ahead.
+// position returns how many entries of other owners are ahead of ours (aheadOf) and whether ours
+// is in the queue.
 func position(queue []QueueEntry, mine QueueEntry, owner Owner) (ahead int, found bool) {
-	self := owner.String()
-	for _, e := range queue {
-		if e.Same(mine) {
-			return ahead, true
-		}
-		if e.Owner != self {
-			ahead++
-		}
-	}
-	return ahead, false
+	return aheadOf(queue, mine, owner), slices.ContainsFunc(queue, mine.Same)
 }

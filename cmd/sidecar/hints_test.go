@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/baton-dev/baton/sidecarclient"
 )
 
 // freePort returns a port that is free on 127.0.0.1 for network ("tcp" or "udp") right now.
@@ -76,29 +74,11 @@ func TestSidecarsHandOffWithHints(t *testing.T) {
 		}
 	}
 	holder := onlyHolder(t, all, 10*time.Second)
-	streams := map[*sidecarProc]<-chan sidecarclient.Event{}
-	for _, p := range all {
-		if p != holder {
-			streams[p] = events(t, p)
-		}
-	}
-	time.Sleep(200 * time.Millisecond) // let the streams connect
+	streams := watchOthers(t, all, holder)
 
 	termAt := time.Now()
 	holder.cmd.Process.Signal(syscall.SIGTERM)
-	var next *sidecarProc
-	waitFor(t, "a waiting sidecar to acquire after SIGTERM", 10*time.Second, func() bool {
-		for p, ch := range streams {
-			select {
-			case e := <-ch:
-				if e.Type == sidecarclient.EventAcquired {
-					next = p
-				}
-			default:
-			}
-		}
-		return next != nil
-	})
+	next, _ := firstAcquirer(t, streams, 10*time.Second)
 	t.Logf("hand-off after SIGTERM with hints: %s acquired %v after the signal", next.name, time.Since(termAt).Round(time.Millisecond))
 	if got := metric(t, metricsURL[next], `baton_hints_received_total{result="delivered"}`); got < 1 {
 		t.Errorf("the new holder %s counts %v hints delivered to its lock, want at least 1", next.name, got)

@@ -183,6 +183,40 @@ func nextEvent(t *testing.T, ch <-chan sidecarclient.Event, within time.Duration
 	return sidecarclient.Event{}
 }
 
+// watchOthers subscribes to the event streams of every sidecar in all but holder, and gives them
+// a moment to connect.
+func watchOthers(t *testing.T, all []*sidecarProc, holder *sidecarProc) map[*sidecarProc]<-chan sidecarclient.Event {
+	streams := map[*sidecarProc]<-chan sidecarclient.Event{}
+	for _, p := range all {
+		if p != holder {
+			streams[p] = events(t, p)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let the streams connect
+	return streams
+}
+
+// firstAcquirer waits up to within for an acquired event on one of streams and returns its
+// sidecar and the event.
+func firstAcquirer(t *testing.T, streams map[*sidecarProc]<-chan sidecarclient.Event, within time.Duration) (*sidecarProc, sidecarclient.Event) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		for p, ch := range streams {
+			select {
+			case e := <-ch:
+				if e.Type == sidecarclient.EventAcquired {
+					return p, e
+				}
+			case <-deadline:
+				t.Fatalf("no sidecar acquired the lock within %v", within)
+			default:
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestThreeSidecarsHandOff(t *testing.T) {
 	ns := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
 	storeReady(t)
@@ -201,13 +235,7 @@ func TestThreeSidecarsHandOff(t *testing.T) {
 		t.Fatalf("holder status %+v %v", st, err)
 	}
 	t.Logf("holder %s token %d; RSS of a sidecar: %d KiB", holder.name, st.Token, holder.rssKiB(t))
-	streams := map[*sidecarProc]<-chan sidecarclient.Event{}
-	for _, p := range all {
-		if p != holder {
-			streams[p] = events(t, p)
-		}
-	}
-	time.Sleep(200 * time.Millisecond) // let the streams connect
+	streams := watchOthers(t, all, holder)
 
 	// SIGTERM: the holder releases, exits cleanly, and the head of the queue takes over.
 	termAt := time.Now()
@@ -221,23 +249,7 @@ func TestThreeSidecarsHandOff(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("sidecar did not exit within 10s of SIGTERM")
 	}
-	var next *sidecarProc
-	var acquired sidecarclient.Event
-	deadline := time.After(10 * time.Second)
-	for next == nil {
-		for p, ch := range streams {
-			select {
-			case e := <-ch:
-				if e.Type == sidecarclient.EventAcquired {
-					next, acquired = p, e
-				}
-			case <-deadline:
-				t.Fatal("no sidecar acquired the lock within 10s of SIGTERM")
-			default:
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	next, acquired := firstAcquirer(t, streams, 10*time.Second)
 	t.Logf("handoff after SIGTERM: %s acquired token %d, %v after the signal", next.name, acquired.Token, time.Since(termAt).Round(time.Millisecond))
 	if acquired.Token <= st.Token {
 		t.Fatalf("token %d after %d", acquired.Token, st.Token)

@@ -2,7 +2,6 @@ package compare
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
@@ -159,7 +159,7 @@ type sidecarProc struct {
 	client  *sidecarclient.Client
 	lockID  string
 	metrics string
-	out     syncBuffer
+	out     testenv.SyncBuffer
 	exited  chan struct{}
 }
 
@@ -217,22 +217,4 @@ func (p *sidecarProc) Requests() int64 {
 		}
 	}
 	return n
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's two output streams and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

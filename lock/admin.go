@@ -33,7 +33,7 @@ func Inspect(ctx context.Context, store Store, lockID string) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("lock %s: reading owner record: %w", lockID, err)
 	}
-	queue, err := store.Queue(ctx, lockID, queueReadLimit)
+	queue, err := store.Queue(ctx, lockID, 0, queueReadLimit)
 	if err != nil {
 		return Status{}, fmt.Errorf("lock %s: reading queue: %w", lockID, err)
 	}

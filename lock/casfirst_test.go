@@ -43,9 +43,9 @@ func (s *countingStore) CompareAndSwap(ctx context.Context, lockID string, prev,
 	return s.Store.CompareAndSwap(ctx, lockID, prev, next)
 }
 
-func (s *countingStore) Queue(ctx context.Context, lockID string, limit int) ([]lock.QueueEntry, error) {
+func (s *countingStore) Queue(ctx context.Context, lockID string, from int64, limit int) ([]lock.QueueEntry, error) {
 	s.count("queue")
-	return s.Store.Queue(ctx, lockID, limit)
+	return s.Store.Queue(ctx, lockID, from, limit)
 }
 
 func (s *countingStore) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, ttl time.Duration) error {
@@ -139,11 +139,11 @@ type blindQueueStore struct {
 	blind atomic.Bool
 }
 
-func (s *blindQueueStore) Queue(ctx context.Context, lockID string, limit int) ([]lock.QueueEntry, error) {
+func (s *blindQueueStore) Queue(ctx context.Context, lockID string, from int64, limit int) ([]lock.QueueEntry, error) {
 	if s.blind.Load() {
 		return nil, nil
 	}
-	return s.Store.Queue(ctx, lockID, limit)
+	return s.Store.Queue(ctx, lockID, from, limit)
 }
 
 // TestCASFirstGivesWayToTheQueue: the fairness guard. A waiter queues while the holder holds;
@@ -217,7 +217,7 @@ func TestCASFirstGivesWayToTheQueue(t *testing.T) {
 func waitQueued(t *testing.T, mem *memstore.Store, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if q, _ := mem.Client(3, memstore.Faults{}).Queue(context.Background(), "x", 10); len(q) == n {
+		if q, _ := mem.Client(3, memstore.Faults{}).Queue(context.Background(), "x", 0, 10); len(q) == n {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -153,5 +153,7 @@ func (s *oneRecordStore) CompareAndSwap(_ context.Context, id string, prev, next
 func (s *oneRecordStore) Enqueue(context.Context, string, QueueEntry, time.Duration) error {
 	return nil
 }
-func (s *oneRecordStore) Dequeue(context.Context, string, QueueEntry) error        { return nil }
-func (s *oneRecordStore) Queue(context.Context, string, int) ([]QueueEntry, error) { return nil, nil }
+func (s *oneRecordStore) Dequeue(context.Context, string, QueueEntry) error { return nil }
+func (s *oneRecordStore) Queue(context.Context, string, int64, int) ([]QueueEntry, error) {
+	return nil, nil
+}

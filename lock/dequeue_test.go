@@ -77,7 +77,7 @@ func TestDequeueIsOffTheCriticalPath(t *testing.T) {
 		if rec, _ := mem.Record("x"); rec.Owner != "" {
 			t.Fatalf("record %+v after Release, want free", rec)
 		}
-		if q, _ := mem.Client(3, memstore.Faults{}).Queue(ctx, "x", 10); len(q) != 0 {
+		if q, _ := mem.Client(3, memstore.Faults{}).Queue(ctx, "x", 0, 10); len(q) != 0 {
 			t.Fatalf("queue %v after Release, want empty", q)
 		}
 	})

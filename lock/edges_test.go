@@ -90,7 +90,7 @@ func TestZeroWaitRestartAheadOfQueue(t *testing.T) {
 			})
 		}
 		time.Sleep(2 * time.Second)
-		if q, _ := mem.Client(99, memstore.Faults{}).Queue(ctx, "x", 10); len(q) != 2 {
+		if q, _ := mem.Client(99, memstore.Faults{}).Queue(ctx, "x", 0, 10); len(q) != 2 {
 			t.Fatalf("queue %v, want the two standbys", q)
 		}
 		// The leader's process dies without releasing; its pod's sidecar restarts at once.

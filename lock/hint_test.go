@@ -195,14 +195,14 @@ func TestForgedFreeHintKeepsQueuePlace(t *testing.T) {
 			waitQueued(t, mem, i)
 		}
 		time.Sleep(3 * time.Second) // both have read the queue since: c1 knows it is the head
-		queue, _ := mem.Client(9, memstore.Faults{}).Queue(ctx, "x", 10)
+		queue, _ := mem.Client(9, memstore.Faults{}).Queue(ctx, "x", 0, 10)
 		head := queue[0]
 		rec, _ := mem.Record("x")
 		// The record is held by c0: name a free record that never was.
 		hinter.Send(head.Hint, lock.Hint{LockID: "x", Owner: head.Owner, Enqueued: head.Enqueued, Kind: lock.HintFree,
 			Token: rec.Token, Version: rec.Version + 1})
 		time.Sleep(time.Second)
-		after, _ := mem.Client(9, memstore.Faults{}).Queue(ctx, "x", 10)
+		after, _ := mem.Client(9, memstore.Faults{}).Queue(ctx, "x", 0, 10)
 		if len(after) != 2 || !after[0].Same(head) {
 			t.Fatalf("queue after the forged hint: %v, want %v first again", after, head)
 		}

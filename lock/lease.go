@@ -362,9 +362,7 @@ func (s *Lease) release() {
 		fresh = make(chan queueRead, 1)
 		go func() {
 			var r queueRead
-			r.queue, r.err = request(ctx, s.l, func(ctx context.Context) ([]QueueEntry, error) {
-				return s.l.store.Queue(ctx, s.lockID, queueReadLimit)
-			})
+			r.queue, r.err = s.l.readQueue(ctx, s.lockID, QueueEntry{})
 			fresh <- r
 		}()
 	}

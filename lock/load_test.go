@@ -102,7 +102,7 @@ func forgeHints(ctx context.Context, store lock.Store, hinter lock.Hinter, lockI
 	var queue []lock.QueueEntry
 	for i := 0; ctx.Err() == nil; i++ {
 		if i%100 == 0 {
-			queue, _ = store.Queue(ctx, lockID, 100)
+			queue, _ = store.Queue(ctx, lockID, 0, 100)
 		}
 		for _, e := range queue {
 			for _, kind := range []lock.HintKind{lock.HintAhead, lock.HintFree} {

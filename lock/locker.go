@@ -27,6 +27,7 @@ type Locker struct {
 	observed    map[string]observation
 	free        map[string]Record    // lock ID → the free record our last release wrote (see casFirst)
 	busy        map[string]time.Time // lock ID → when our last release handed it to a waiter
+	queueBounds map[string]queueBound
 	lastEnqueue int64
 }
 
@@ -60,6 +61,8 @@ func New(store Store, owner Owner, opts ...Option) (*Locker, error) {
 		observed: make(map[string]observation),
 		free:     make(map[string]Record),
 		busy:     make(map[string]time.Time),
+
+		queueBounds: make(map[string]queueBound),
 	}, nil
 }
 
@@ -359,9 +362,7 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 			record <- r
 		}()
 	}
-	queue, err := request(ctx, l, func(ctx context.Context) ([]QueueEntry, error) {
-		return l.store.Queue(ctx, a.lockID, queueReadLimit)
-	})
+	queue, err := l.readQueue(ctx, a.lockID, a.entry)
 	if err != nil {
 		return nil, 0, fmt.Errorf("lock %s: reading queue: %w", a.lockID, err)
 	}
@@ -652,9 +653,7 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 		w.next, w.sent, w.applied, _, _, w.err = a.writeGrant(ctx, free, true)
 		grant <- w
 	}()
-	queue, qerr := request(ctx, l, func(ctx context.Context) ([]QueueEntry, error) {
-		return l.store.Queue(ctx, a.lockID, queueReadLimit)
-	})
+	queue, qerr := l.readQueue(ctx, a.lockID, a.entry)
 	w := <-grant
 	if w.err != nil || !w.applied {
 		return nil, 0, false, nil

@@ -98,7 +98,7 @@ func (h *simHinter) forge(ctx context.Context, store *memstore.Client) {
 		h.mu.Unlock()
 		time.Sleep(pause)
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
-		queue, err := store.Queue(qctx, simLockID, 64)
+		queue, err := store.Queue(qctx, simLockID, 0, 64)
 		cancel()
 		if err != nil || len(queue) == 0 {
 			continue

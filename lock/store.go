@@ -102,6 +102,8 @@ type Store interface {
 	// Dequeue removes the queue entry named by e's Enqueued and Owner. Removing a missing entry is
 	// not an error.
 	Dequeue(ctx context.Context, lockID string, e QueueEntry) error
-	// Queue returns up to limit live entries of the lock's queue in queue order, with their Hints.
-	Queue(ctx context.Context, lockID string, limit int) ([]QueueEntry, error)
+	// Queue returns up to limit live entries of the lock's queue whose Enqueued is at least from,
+	// in queue order, with their Hints; from 0 reads the queue from its start. A bounded read need
+	// not pass over the entries (and, in Cassandra, the tombstones of removed entries) before from.
+	Queue(ctx context.Context, lockID string, from int64, limit int) ([]QueueEntry, error)
 }

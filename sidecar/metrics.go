@@ -153,9 +153,9 @@ func (s *instrumentedStore) Dequeue(ctx context.Context, id string, e lock.Queue
 	return err
 }
 
-func (s *instrumentedStore) Queue(ctx context.Context, id string, limit int) ([]lock.QueueEntry, error) {
+func (s *instrumentedStore) Queue(ctx context.Context, id string, from int64, limit int) ([]lock.QueueEntry, error) {
 	start := time.Now()
-	q, err := s.inner.Queue(ctx, id, limit)
+	q, err := s.inner.Queue(ctx, id, from, limit)
 	s.observe("queue", start, err)
 	return q, err
 }

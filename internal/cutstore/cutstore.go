@@ -70,9 +70,9 @@ func (s *Store) Dequeue(ctx context.Context, id string, e lock.QueueEntry) error
 }
 
 // Queue implements lock.Store.
-func (s *Store) Queue(ctx context.Context, id string, limit int) ([]lock.QueueEntry, error) {
+func (s *Store) Queue(ctx context.Context, id string, from int64, limit int) ([]lock.QueueEntry, error) {
 	if err := s.blocked(ctx); err != nil {
 		return nil, err
 	}
-	return s.inner.Queue(ctx, id, limit)
+	return s.inner.Queue(ctx, id, from, limit)
 }

@@ -481,7 +481,7 @@ func TestQueueHintColumnIsAdded(t *testing.T) {
 		if err := store.Enqueue(ctx, id, e, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		got, err := store.Queue(ctx, id, 10)
+		got, err := store.Queue(ctx, id, 0, 10)
 		want := []lock.QueueEntry{{Enqueued: 1, Owner: "a", Hint: wantHint}}
 		if err != nil || !slices.Equal(got, want) {
 			t.Fatalf("Queue: %v, %v; want %v", got, err, want)

@@ -93,10 +93,10 @@ func New(ctx context.Context, session *gocql.Session, opts ...Option) (*Store, e
 	// A keyspace whose queue table has no hint column yet (created by an earlier release and not
 	// upgraded by EnsureSchema) still works: its waiters are not told, they poll.
 	s.qEnqueue = fmt.Sprintf(`INSERT INTO %s.lock_queue (lock_id, enqueued, owner) VALUES (?, ?, ?) USING TTL ?`, ks)
-	s.qQueue = fmt.Sprintf(`SELECT enqueued, owner FROM %s.lock_queue WHERE lock_id = ? LIMIT ?`, ks)
+	s.qQueue = fmt.Sprintf(`SELECT enqueued, owner FROM %s.lock_queue WHERE lock_id = ? AND enqueued >= ? LIMIT ?`, ks)
 	if hints {
 		s.qEnqueue = fmt.Sprintf(`INSERT INTO %s.lock_queue (lock_id, enqueued, owner, hint) VALUES (?, ?, ?, ?) USING TTL ?`, ks)
-		s.qQueue = fmt.Sprintf(`SELECT enqueued, owner, hint FROM %s.lock_queue WHERE lock_id = ? LIMIT ?`, ks)
+		s.qQueue = fmt.Sprintf(`SELECT enqueued, owner, hint FROM %s.lock_queue WHERE lock_id = ? AND enqueued >= ? LIMIT ?`, ks)
 	}
 	s.hints = hints
 	s.qDequeue = fmt.Sprintf(`DELETE FROM %s.lock_queue WHERE lock_id = ? AND enqueued = ? AND owner = ?`, ks)
@@ -172,9 +172,10 @@ func (s *Store) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) e
 	return nil
 }
 
-// Queue implements lock.Store.
-func (s *Store) Queue(ctx context.Context, lockID string, limit int) ([]lock.QueueEntry, error) {
-	iter := s.session.Query(s.qQueue, lockID, limit).Consistency(s.cons).Idempotent(true).IterContext(ctx)
+// Queue implements lock.Store. A bounded read (from > 0) is a clustering slice: Cassandra starts
+// it at from and never reads the tombstones that removed entries left before it.
+func (s *Store) Queue(ctx context.Context, lockID string, from int64, limit int) ([]lock.QueueEntry, error) {
+	iter := s.session.Query(s.qQueue, lockID, from, limit).Consistency(s.cons).Idempotent(true).IterContext(ctx)
 	var (
 		out  []lock.QueueEntry
 		e    lock.QueueEntry

@@ -136,7 +136,7 @@ func TestHandOffBetweenProcesses(t *testing.T) {
 			errs <- lease.Release(ctx)
 		})
 		poll(t, "waiter queued", func() bool {
-			q, _ := mem.Client(99, memstore.Faults{}).Queue(ctx, "orders", 10)
+			q, _ := mem.Client(99, memstore.Faults{}).Queue(ctx, "orders", 0, 10)
 			return len(q) == i
 		})
 	}

@@ -463,17 +463,18 @@ func (c *Client) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) 
 }
 
 // Queue implements lock.Store.
-func (c *Client) Queue(ctx context.Context, lockID string, limit int) ([]lock.QueueEntry, error) {
+func (c *Client) Queue(ctx context.Context, lockID string, from int64, limit int) ([]lock.QueueEntry, error) {
 	var out []lock.QueueEntry
 	err := c.call(ctx, "queue", func() {
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
 		now := time.Now()
 		for k, e := range c.s.queues[lockID] {
-			if now.Before(e.expires) {
-				out = append(out, lock.QueueEntry{Enqueued: k.enqueued, Owner: k.owner, Hint: e.hint})
-			} else {
+			switch {
+			case !now.Before(e.expires):
 				delete(c.s.queues[lockID], k)
+			case k.enqueued >= from:
+				out = append(out, lock.QueueEntry{Enqueued: k.enqueued, Owner: k.owner, Hint: e.hint})
 			}
 		}
 	})

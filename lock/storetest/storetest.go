@@ -115,12 +115,22 @@ func queueOrder(t *testing.T, s lock.Store) {
 		}
 		return 1
 	})
-	got, err := s.Queue(ctx, id, 10)
+	got, err := s.Queue(ctx, id, 0, 10)
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("Queue: %v, %v; want %v (by enqueue time, then owner)", got, err, want)
 	}
-	if got, err := s.Queue(ctx, id, 2); err != nil || !slices.Equal(got, want[:2]) {
+	if got, err := s.Queue(ctx, id, 0, 2); err != nil || !slices.Equal(got, want[:2]) {
 		t.Fatalf("Queue with limit 2: %v, %v; want %v", got, err, want[:2])
+	}
+	// A bounded read starts at the first entry enqueued at or after from.
+	if got, err := s.Queue(ctx, id, 20, 10); err != nil || !slices.Equal(got, want[2:]) {
+		t.Fatalf("Queue from 20: %v, %v; want %v", got, err, want[2:])
+	}
+	if got, err := s.Queue(ctx, id, 11, 1); err != nil || !slices.Equal(got, want[2:3]) {
+		t.Fatalf("Queue from 11 with limit 1: %v, %v; want %v", got, err, want[2:3])
+	}
+	if got, err := s.Queue(ctx, id, 31, 10); err != nil || len(got) != 0 {
+		t.Fatalf("Queue from after the tail: %v, %v; want none", got, err)
 	}
 	// Rewriting an entry (a waiter's refresh) keeps one entry, with the hint address of the rewrite.
 	moved := entries[0]
@@ -128,7 +138,7 @@ func queueOrder(t *testing.T, s lock.Store) {
 	if err := s.Enqueue(ctx, id, moved, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	got, err = s.Queue(ctx, id, 10)
+	got, err = s.Queue(ctx, id, 0, 10)
 	if err != nil || len(got) != len(entries) || got[len(got)-1] != moved {
 		t.Fatalf("after a refresh: %v, %v; want %d entries, the last %v", got, err, len(entries), moved)
 	}
@@ -149,7 +159,7 @@ func dequeue(t *testing.T, s lock.Store) {
 	if err := s.Dequeue(ctx, id, a); err != nil {
 		t.Errorf("removing a missing entry: %v", err)
 	}
-	if got, err := s.Queue(ctx, id, 10); err != nil || !slices.Equal(got, []lock.QueueEntry{b}) {
+	if got, err := s.Queue(ctx, id, 0, 10); err != nil || !slices.Equal(got, []lock.QueueEntry{b}) {
 		t.Fatalf("Queue: %v, %v; want [%v]", got, err, b)
 	}
 }

@@ -167,9 +167,9 @@ func (s *countingStore) Dequeue(ctx context.Context, id string, e lock.QueueEntr
 	return s.Store.Dequeue(ctx, id, e)
 }
 
-func (s *countingStore) Queue(ctx context.Context, id string, limit int) ([]lock.QueueEntry, error) {
+func (s *countingStore) Queue(ctx context.Context, id string, from int64, limit int) ([]lock.QueueEntry, error) {
 	s.n.Add(1)
-	return s.Store.Queue(ctx, id, limit)
+	return s.Store.Queue(ctx, id, from, limit)
 }
 
 // OldAlgo is the original Cassandra lock's old algorithm (package oldalgo, docs/design.md).

@@ -19,13 +19,16 @@ type Results struct {
 	// Baton names the systems whose rows are checked against baton's targets.
 	Baton []string `json:"baton"`
 	// LWTMs are the reference LWT round trips taken beside the uncontended acquisitions.
-	LWTMs         []float64               `json:"lwtMs"`
-	UncontendedMs map[string][]float64    `json:"uncontendedMs"`
-	HandoffMs     map[string][]float64    `json:"handoffMs"`
-	Failover      map[string]FailoverJSON `json:"failover"`
-	Throughput    map[string][]CellJSON   `json:"throughput"` // by contender count, ascending
-	Fairness      map[string]CellJSON     `json:"fairness"`
-	Targets       map[string]float64      `json:"targets"`
+	LWTMs         []float64            `json:"lwtMs"`
+	UncontendedMs map[string][]float64 `json:"uncontendedMs"`
+	// APIMs are the API round trips taken before each uncontended acquisition (sidecars).
+	APIMs      map[string][]float64    `json:"apiMs,omitempty"`
+	HandoffMs  map[string][]float64    `json:"handoffMs"`
+	Failover   map[string]FailoverJSON `json:"failover"`
+	Throughput map[string][]CellJSON   `json:"throughput"` // by contender count, ascending
+	Fairness   map[string]CellJSON     `json:"fairness"`
+	Load       map[string]LoadJSON     `json:"load,omitempty"`
+	Targets    map[string]float64      `json:"targets"`
 }
 
 // FailoverJSON is FailoverResult in Results.
@@ -33,6 +36,15 @@ type FailoverJSON struct {
 	SamplesMs []float64 `json:"samplesMs"`
 	Early     int       `json:"early"`
 	Skipped   string    `json:"skipped,omitempty"`
+}
+
+// LoadJSON is a LoadResult in Results: requests per second by role.
+type LoadJSON struct {
+	LeaseSeconds  float64   `json:"leaseSeconds"`
+	WindowSeconds float64   `json:"windowSeconds"`
+	Holder        float64   `json:"holder"`
+	Head          float64   `json:"head"`
+	Others        []float64 `json:"others"`
 }
 
 // CellJSON is a Cell in Results.
@@ -61,10 +73,7 @@ func msOf(ds []time.Duration) []float64 {
 }
 
 func cellJSON(c Cell) CellJSON {
-	perAcq := -1.0
-	if c.Requests >= 0 {
-		perAcq = float64(c.Requests) / float64(max(c.All, 1))
-	}
+	perAcq := c.RequestsPerAcquisition()
 	return CellJSON{
 		Contenders: c.Contenders, WindowSeconds: c.Window.Seconds(), PerContender: c.PerContender,
 		Overlaps: c.Overlaps, Errors: c.Errors, Handovers: c.Handovers, All: c.All, Requests: c.Requests,
@@ -78,11 +87,15 @@ func (r *Report) Results(machine string) Results {
 	res := Results{
 		Machine: machine, Started: r.Started.Format(time.RFC3339), TookSeconds: r.Took.Seconds(),
 		LeaseSeconds: r.Config.Lease.Seconds(), Systems: r.Systems, LWTMs: msOf(r.LWT),
-		UncontendedMs: map[string][]float64{}, HandoffMs: map[string][]float64{},
+		UncontendedMs: map[string][]float64{}, APIMs: map[string][]float64{}, HandoffMs: map[string][]float64{},
 		Failover: map[string]FailoverJSON{}, Throughput: map[string][]CellJSON{}, Fairness: map[string]CellJSON{},
+		Load: map[string]LoadJSON{},
 		Targets: map[string]float64{
 			"acquireRatio": TargetAcquireRatio, "handoffP50Ms": ms64(TargetHandoffP50), "handoffP99Ms": ms64(TargetHandoffP99),
+			"hintedHandoffP50Ms": ms64(TargetHintedHandoffP50), "hintedHandoffP99Ms": ms64(TargetHintedHandoffP99),
 			"failoverP99Lease": TargetFailoverP99, "throughputMin": TargetThroughputMin, "jain": TargetJain,
+			"requestsPerAcquisition": TargetRequestsPerAcquisition,
+			"holderLoad":             TargetHolderLoad, "headLoad": TargetHeadLoad, "waiterLoad": TargetWaiterLoad,
 		},
 	}
 	for _, name := range r.Systems {
@@ -93,8 +106,14 @@ func (r *Report) Results(machine string) Results {
 	for name, s := range r.Uncontended {
 		res.UncontendedMs[name] = msOf(s)
 	}
+	for name, s := range r.API {
+		res.APIMs[name] = msOf(s)
+	}
 	for name, s := range r.Handoff {
 		res.HandoffMs[name] = msOf(s)
+	}
+	for name, l := range r.Load {
+		res.Load[name] = LoadJSON{LeaseSeconds: l.Lease.Seconds(), WindowSeconds: l.Window.Seconds(), Holder: l.Holder, Head: l.Head, Others: l.Others}
 	}
 	for name, f := range r.Failover {
 		res.Failover[name] = FailoverJSON{SamplesMs: msOf(f.Samples), Early: f.Early, Skipped: f.Skipped}

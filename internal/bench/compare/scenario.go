@@ -22,10 +22,11 @@ const (
 	MetricFailover    = "failover"
 	MetricThroughput  = "throughput"
 	MetricFairness    = "fairness"
+	MetricLoad        = "load"
 )
 
 // AllMetrics lists every metric in the order Run measures them.
-var AllMetrics = []string{MetricUncontended, MetricHandoff, MetricFailover, MetricThroughput, MetricFairness}
+var AllMetrics = []string{MetricUncontended, MetricHandoff, MetricFailover, MetricThroughput, MetricFairness, MetricLoad}
 
 // Config sizes a comparison run.
 type Config struct {
@@ -49,6 +50,12 @@ type Config struct {
 	// FairnessContenders contend for FairnessWindow (after Warmup) for the fairness table.
 	FairnessContenders int
 	FairnessWindow     time.Duration
+	// LoadContenders contend for one lock for the load table (LoadSystems): one holds, the others
+	// wait; requests are counted over LoadWindow after LoadSettle. LoadLease is the lease of the
+	// systems measured there: the library's default, at which the budgets are stated.
+	LoadContenders         int
+	LoadLease              time.Duration
+	LoadSettle, LoadWindow time.Duration
 }
 
 // FullConfig is the documented run: about 9 minutes on two cores (plus node and API server start).
@@ -61,6 +68,7 @@ func FullConfig(lease time.Duration) Config {
 		Contenders: []int{1, 2, 4, 8, 16, 32, 64},
 		Warmup:     time.Second, Window: 5 * time.Second,
 		FairnessContenders: 16, FairnessWindow: 20 * time.Second,
+		LoadContenders: 16, LoadLease: lock.DefaultLease, LoadSettle: 5 * time.Second, LoadWindow: 20 * time.Second,
 	}
 }
 
@@ -74,6 +82,7 @@ func QuickConfig(lease time.Duration) Config {
 		Contenders: []int{1, 2, 4, 8, 16, 32, 64},
 		Warmup:     500 * time.Millisecond, Window: 2 * time.Second,
 		FairnessContenders: 16, FairnessWindow: 5 * time.Second,
+		LoadContenders: 8, LoadLease: lock.DefaultLease, LoadSettle: 3 * time.Second, LoadWindow: 5 * time.Second,
 	}
 }
 
@@ -85,7 +94,9 @@ func (c Config) Validate() error {
 	case c.UncontendedSamples < 1, c.HandoffPairs < 1, c.HandoffRounds < 1, c.FailoverPairs < 1,
 		c.FailoverRounds < 1, c.FairnessContenders < 1, len(c.Contenders) == 0:
 		return errors.New("compare: every sample count must be at least 1")
-	case c.Window <= 0, c.FairnessWindow <= 0, c.Warmup < 0, c.HandoffSettle < 0:
+	case c.LoadContenders < 3:
+		return fmt.Errorf("compare: the load table needs at least 3 contenders (holder, head, another waiter), not %d", c.LoadContenders)
+	case c.Window <= 0, c.FairnessWindow <= 0, c.Warmup < 0, c.HandoffSettle < 0, c.LoadWindow <= 0, c.LoadSettle < 0, c.LoadLease <= 0:
 		return errors.New("compare: windows must be positive")
 	}
 	for _, n := range c.Contenders {
@@ -128,7 +139,8 @@ type FailoverSkipper interface {
 	SkipFailover() string
 }
 
-// Run measures the metrics (all when empty) for systems and returns the report.
+// Run measures the metrics (all when empty) for systems and returns the report. MetricLoad is not
+// measured here but by LoadSystems, on systems at Config.LoadLease.
 func Run(ctx context.Context, log logr.Logger, cfg Config, systems []System, probe Probe, metrics []string) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -218,6 +230,15 @@ func uncontended(ctx context.Context, log logr.Logger, cfg Config, run string, s
 			rep.LWT = append(rep.LWT, time.Since(start))
 		}
 		for i, c := range contenders {
+			if ap, ok := c.(APIProber); ok {
+				start := time.Now()
+				if err := ap.ProbeAPI(ctx); err != nil {
+					return fmt.Errorf("compare: API round trip of %s: %w", systems[i].Name(), err)
+				}
+				if k >= 0 {
+					rep.API[systems[i].Name()] = append(rep.API[systems[i].Name()], time.Since(start))
+				}
+			}
 			start := time.Now()
 			h, err := c.Acquire(ctx)
 			took := time.Since(start)
@@ -294,6 +315,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// APIProber is implemented by contenders reached through an API (a sidecar): ProbeAPI makes one
+// cheap request (a status read), so that the uncontended table can show what the transport adds.
+type APIProber interface {
+	ProbeAPI(ctx context.Context) error
 }
 
 // Closer is implemented by contenders that hold resources of their own (a sidecar process). The
@@ -519,6 +546,14 @@ func (c Cell) HandoversPerSecond() float64 { return float64(c.Handovers) / c.Win
 
 // Jain returns Jain's index over the per-contender acquisitions.
 func (c Cell) Jain() float64 { return Jain(c.PerContender) }
+
+// RequestsPerAcquisition is Requests ÷ All, -1 when the requests were not counted.
+func (c Cell) RequestsPerAcquisition() float64 {
+	if c.Requests < 0 {
+		return -1
+	}
+	return float64(c.Requests) / float64(max(c.All, 1))
+}
 
 // Throughput runs n contenders that acquire and at once release one lock in a loop, for warmup
 // and then window, and counts each contender's acquisitions within the window.

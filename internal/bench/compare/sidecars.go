@@ -187,6 +187,12 @@ func (p *sidecarProc) Release(ctx context.Context) error {
 	return err
 }
 
+// ProbeAPI implements APIProber: GET /v1/locks/{id}.
+func (p *sidecarProc) ProbeAPI(ctx context.Context) error {
+	_, err := p.client.Lock(ctx, p.lockID)
+	return err
+}
+
 // Kill implements Holding: SIGKILL, as a crashed pod.
 func (p *sidecarProc) Kill() { p.stop() }
 

@@ -65,6 +65,19 @@ func TestSystems(t *testing.T) {
 				t.Errorf("throughput cell: %d cycles, %d overlaps, %d errors", cell.Cycles(), cell.Overlaps, cell.Errors)
 			}
 			t.Logf("throughput with 3 contenders: %.1f cycles/s, per contender %v", cell.PerSecond(), cell.PerContender)
+
+			switch sys.(type) {
+			case *compare.Baton, *compare.Sidecars: // their contenders count store requests
+				load, err := compare.Load(ctx, sys, uniqueID("smoke-l"), 3, smokeLease, 500*time.Millisecond, 2*time.Second)
+				if err != nil {
+					t.Fatalf("load: %v", err)
+				}
+				// The holder renews (every lease/3); the head polls the record, others only the queue.
+				if load.Holder <= 0 || load.Head < load.MaxOthers() {
+					t.Errorf("load by role: holder %.2f/s, head %.2f/s, others %v", load.Holder, load.Head, load.Others)
+				}
+				t.Logf("load: holder %.2f/s, head %.2f/s, others %v", load.Holder, load.Head, load.Others)
+			}
 		})
 	}
 }

@@ -47,3 +47,9 @@ func WithMutation(name string) Option {
 func WithoutFairnessGuard() Option {
 	return func(o *options) { o.mutations |= mutBargeAhead }
 }
+
+// WithoutWholeQueueReads keeps every queue read after the first bounded, so that the skewed-waiter
+// test can show it would fail without the whole-queue reads.
+func WithoutWholeQueueReads() Option {
+	return func(o *options) { o.mutations |= mutNoWholeQueueReads }
+}

@@ -21,14 +21,16 @@ type Locker struct {
 	owner Owner
 	opts  options
 
-	mu          sync.Mutex
-	rng         *rand.Rand
-	held        map[string]*Lease // lock ID → live lease; nil while an acquisition is running
-	observed    map[string]observation
-	free        map[string]Record    // lock ID → the free record our last release wrote (see casFirst)
-	busy        map[string]time.Time // lock ID → when our last release handed it to a waiter
-	queueBounds map[string]queueBound
-	lastEnqueue int64
+	mu             sync.Mutex
+	rng            *rand.Rand
+	held           map[string]*Lease // lock ID → live lease; nil while an acquisition is running
+	observed       map[string]observation
+	free           map[string]Record     // lock ID → the free record our last release wrote (see casFirst)
+	busy           map[string]time.Time  // lock ID → when our last release handed it to a waiter
+	queueBounds    map[string]queueBound // see readQueue
+	boundsPrunedAt time.Time
+	wholeReads     uint64
+	lastEnqueue    int64
 }
 
 // observation is the first time (on the Locker's clock) a record was seen in its current state.

@@ -33,6 +33,9 @@ const (
 	// Unfair, not unsafe: the fairness test uses it (WithoutFairnessGuard), the simulation's
 	// mutation test does not.
 	mutBargeAhead
+	// mutNoWholeQueueReads: queue reads stay bounded after the first (no whole-queue read every
+	// fullQueueReadEvery). Unfair, not unsafe: the skewed-waiter test uses it (WithoutWholeQueueReads).
+	mutNoWholeQueueReads
 )
 
 func (m mutations) has(x mutations) bool { return m&x != 0 }

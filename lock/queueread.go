@@ -28,6 +28,10 @@ const (
 type queueBound struct {
 	from   int64     // enqueue time (µs since the epoch) that bounded reads start at
 	fullAt time.Time // when the last read of the whole queue was sent, on the Locker's clock
+	// whole numbers the last whole-queue read sent (Locker.wholeReads): a read moves the bound
+	// only if no whole read was sent after it, so that a bounded read answering late cannot undo
+	// what a whole read found.
+	whole uint64
 }
 
 // readQueue reads lockID's queue from the Locker's bound, or whole when the last whole read is
@@ -36,22 +40,35 @@ type queueBound struct {
 func (l *Locker) readQueue(ctx context.Context, lockID string, mine QueueEntry) ([]QueueEntry, error) {
 	sentWall, sent := l.opts.wallClock(), l.opts.clock.Now()
 	l.mu.Lock()
+	l.pruneQueueBoundsLocked(sent)
 	b, ok := l.queueBounds[lockID]
-	full := !ok || sent.Sub(b.fullAt) >= fullQueueReadEvery
-	from := b.from
+	full := !ok || sent.Sub(b.fullAt) >= fullQueueReadEvery && !l.opts.mutations.has(mutNoWholeQueueReads)
+	from, prevFullAt := b.from, b.fullAt
 	if full {
 		from = 0
-		b.fullAt = sent
+		l.wholeReads++
+		b.fullAt, b.whole = sent, l.wholeReads
 		l.queueBounds[lockID] = b
 	} else if mine.Enqueued != 0 {
 		from = min(from, mine.Enqueued)
 	}
+	gen := b.whole
 	l.mu.Unlock()
 
 	queue, err := request(ctx, l, func(ctx context.Context) ([]QueueEntry, error) {
 		return l.store.Queue(ctx, lockID, from, queueReadLimit)
 	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok = l.queueBounds[lockID]
+	if !ok || b.whole != gen {
+		return queue, err // a later whole read decides the bound
+	}
 	if err != nil {
+		if full {
+			b.fullAt = prevFullAt // the next read tries the whole queue again
+			l.queueBounds[lockID] = b
+		}
 		return nil, err
 	}
 	next := sentWall.UnixMicro()
@@ -59,14 +76,25 @@ func (l *Locker) readQueue(ctx context.Context, lockID string, mine QueueEntry) 
 		next = min(next, queue[0].Enqueued)
 	}
 	next -= queueReadSlack.Microseconds()
-	l.mu.Lock()
-	b = l.queueBounds[lockID]
 	if full {
 		b.from = next // may move back: the whole queue was read
 	} else {
 		b.from = max(b.from, next)
 	}
 	l.queueBounds[lockID] = b
-	l.mu.Unlock()
 	return queue, nil
+}
+
+// pruneQueueBoundsLocked forgets, at most once per fullQueueReadEvery, the bounds of locks whose
+// next read would be whole anyway, so that a Locker that touched many locks does not keep them all.
+func (l *Locker) pruneQueueBoundsLocked(now time.Time) {
+	if now.Sub(l.boundsPrunedAt) < fullQueueReadEvery || l.opts.mutations.has(mutNoWholeQueueReads) {
+		return
+	}
+	l.boundsPrunedAt = now
+	for id, b := range l.queueBounds {
+		if now.Sub(b.fullAt) >= fullQueueReadEvery {
+			delete(l.queueBounds, id)
+		}
+	}
 }

@@ -53,6 +53,9 @@ func (s removalLog) Queue(ctx context.Context, lockID string, from int64, limit 
 	return s.Store.Queue(ctx, lockID, from, limit)
 }
 
+// fullQueueReadEvery is lock's period of whole-queue reads.
+const fullQueueReadEvery = 5 * time.Second
+
 // TestQueueReadsPassOverFewRemovedEntries: three Lockers hand one lock around as fast as they can
 // for 20 s (thousands of hand-overs, each removing a queue entry). Their queue reads start a
 // little before the oldest live entry, so a read passes over the removed entries of the last
@@ -116,40 +119,63 @@ func TestQueueReadsPassOverFewRemovedEntries(t *testing.T) {
 // TestSkewedWaiterIsServed: a waiter whose wall clock runs 30 s behind enqueues under a time
 // before every other Locker's queue-read bound, so their bounded reads do not see it. Their reads
 // of the whole queue (at least every 5 s) do: the waiter is the oldest entry, so the next release
-// hands it the lock, ahead of the two Lockers that keep handing it to each other.
+// hands it the lock, ahead of the two Lockers that keep handing it to each other. Without those
+// reads (WithoutWholeQueueReads) it waits far longer, which the test checks too, so that it is
+// known to be able to fail.
 func TestSkewedWaiterIsServed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		mem := memstore.New()
-		hinter := localhint.New()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		for i := range 2 {
-			l := numberedLocker(t, mem, i, lock.WithHinter(hinter))
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					if lease, err := l.Acquire(ctx, "x"); err == nil {
-						time.Sleep(200 * time.Millisecond) // few free moments to barge into
-						_ = lease.Release(context.Background())
-					}
+	for _, whole := range []bool{true, false} {
+		name := "whole-reads"
+		if !whole {
+			name = "no-whole-reads"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { skewedWaiter(t, whole) })
+		})
+	}
+}
+
+func skewedWaiter(t *testing.T, whole bool) {
+	mem := memstore.New()
+	hinter := localhint.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	opts := []lock.Option{lock.WithHinter(hinter)}
+	if !whole {
+		opts = append(opts, lock.WithoutWholeQueueReads())
+	}
+	for i := range 2 {
+		l := numberedLocker(t, mem, i, opts...)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if lease, err := l.Acquire(ctx, "x"); err == nil {
+					time.Sleep(200 * time.Millisecond) // few free moments to barge into
+					_ = lease.Release(context.Background())
 				}
-			})
-		}
-		time.Sleep(10 * time.Second) // both have read the whole queue, and bound their reads since
-		behind := func() time.Time { return time.Now().Add(-30 * time.Second) }
-		skewed := numberedLocker(t, mem, 2, lock.WithHinter(hinter), lock.WithWallClock(behind))
-		start := time.Now()
-		lease, err := skewed.Acquire(ctx, "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		waited := time.Since(start)
+			}
+		})
+	}
+	// Both have read the whole queue (at 0, 5 and 10 s), and bound their reads since: the skewed
+	// waiter arrives just after a whole read, the worst moment.
+	time.Sleep(10*time.Second + 300*time.Millisecond)
+	behind := func() time.Time { return time.Now().Add(-30 * time.Second) }
+	skewed := numberedLocker(t, mem, 2, append(opts, lock.WithWallClock(behind))...)
+	start := time.Now()
+	actx, acancel := context.WithTimeout(ctx, time.Minute)
+	defer acancel()
+	lease, err := skewed.Acquire(actx, "x")
+	waited := time.Since(start)
+	if err == nil {
 		_ = lease.Release(context.Background())
-		cancel()
-		if limit := 5*time.Second + time.Second; waited > limit {
-			t.Errorf("the skewed waiter waited %v; want at most %v (one whole-queue read period and a hold)", waited, limit)
-		}
-		t.Logf("the skewed waiter waited %v", waited)
-	})
+	}
+	cancel()
+	t.Logf("the skewed waiter waited %v (%v)", waited, err)
+	limit := fullQueueReadEvery + time.Second // one whole-queue read period and a hold
+	switch {
+	case whole && (err != nil || waited > limit):
+		t.Errorf("the skewed waiter waited %v (%v); want it served within %v", waited, err, limit)
+	case !whole && waited <= limit:
+		t.Errorf("without whole-queue reads the skewed waiter was served after %v; the test needs it to wait longer than %v", waited, limit)
+	}
 }

@@ -1,6 +1,6 @@
 // Package plots draws the side-by-side comparison's raw results (compare.Results) as PNG charts for
 // docs/benchmarks.md: cycles per second and Jain's index against contenders, the handoff latency
-// CDF, the failover histogram and store requests per acquisition.
+// CDF, the failover histogram, store requests per acquisition and the store load by role.
 package plots
 
 import (
@@ -21,7 +21,7 @@ import (
 )
 
 // Files are the charts Write makes, in the order it makes them.
-var Files = []string{"cycles.png", "handovers.png", "jain.png", "handoff-cdf.png", "failover.png", "requests.png"}
+var Files = []string{"cycles.png", "handovers.png", "jain.png", "handoff-cdf.png", "failover.png", "requests.png", "load.png"}
 
 // Write draws every chart of res into dir (created if missing) and returns the paths written.
 // A chart without data (a run that skipped its metric) is not written.
@@ -32,7 +32,7 @@ func Write(dir string, res compare.Results) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("plots: %w", err)
 	}
-	charts := []func(compare.Results) (*chart, error){cycles, handovers, jain, handoffCDF, failover, requests}
+	charts := []func(compare.Results) (*chart, error){cycles, handovers, jain, handoffCDF, failover, requests, load}
 	var written []string
 	for i, chart := range charts {
 		p, err := chart(res)
@@ -261,6 +261,56 @@ func failover(res compare.Results) (*chart, error) {
 	if !drawn {
 		return nil, nil
 	}
+	p.Y.Min = 0
+	return p, nil
+}
+
+// load draws, per role, the store requests per second of each system's contenders on one lock
+// (the busiest of the other waiters), with the role's budget as a dashed line.
+func load(res compare.Results) (*chart, error) {
+	var names []string
+	for _, name := range res.Systems {
+		if _, ok := res.Load[name]; ok {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	lease := res.Load[names[0]].LeaseSeconds
+	p := newPlot(fmt.Sprintf("Store load by role on one lock (lease %gs)", lease), "role", "requests per second")
+	roles := []string{"holder", "queue head", "busiest other waiter"}
+	budgets := []float64{res.Targets["holderLoad"], res.Targets["headLoad"], res.Targets["waiterLoad"]}
+	width := vg.Points(22)
+	for i, name := range names {
+		l := res.Load[name]
+		others := 0.0
+		for _, v := range l.Others {
+			others = math.Max(others, v)
+		}
+		bars, err := plotter.NewBarChart(plotter.Values{l.Holder, l.Head, others}, width)
+		if err != nil {
+			return nil, err
+		}
+		bars.Color = plotutil.Color(slices.Index(res.Systems, name))
+		bars.LineStyle.Width = 0
+		bars.Offset = width * vg.Length(float64(i)-float64(len(names)-1)/2)
+		p.Add(bars)
+		p.legend(name, bars)
+	}
+	for k, b := range budgets {
+		line, err := plotter.NewLine(plotter.XYs{{X: float64(k) - 0.4, Y: b}, {X: float64(k) + 0.4, Y: b}})
+		if err != nil {
+			return nil, err
+		}
+		line.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+		line.Color = color.Gray{Y: 100}
+		p.Add(line)
+		if k == 0 {
+			p.legend("budget of the role", line)
+		}
+	}
+	p.NominalX(roles...)
 	p.Y.Min = 0
 	return p, nil
 }

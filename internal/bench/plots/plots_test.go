@@ -18,6 +18,7 @@ func TestWrite(t *testing.T) {
 		HandoffMs:  map[string][]float64{"a": {5, 6, 7}, "b": {0, 100}},
 		Failover:   map[string]compare.FailoverJSON{"a": {SamplesMs: []float64{2900, 3100}}, "b": {Skipped: "not measured"}},
 		Throughput: map[string][]compare.CellJSON{"a": {cell(1, 200), cell(2, 180)}, "b": {cell(1, 150)}},
+		Load:       map[string]compare.LoadJSON{"a": {LeaseSeconds: 15, Holder: 0.2, Head: 9, Others: []float64{1.2, 1.7}}},
 	}
 	dir := t.TempDir()
 	written, err := Write(dir, res)
@@ -39,9 +40,9 @@ func TestWrite(t *testing.T) {
 		}
 	}
 	// A run that skipped a metric gets no chart for it, and no error.
-	res.HandoffMs, res.Failover = nil, nil
-	if written, err = Write(t.TempDir(), res); err != nil || len(written) != len(Files)-2 {
-		t.Fatalf("without handoff and failover data: wrote %v, %v", written, err)
+	res.HandoffMs, res.Failover, res.Load = nil, nil, nil
+	if written, err = Write(t.TempDir(), res); err != nil || len(written) != len(Files)-3 {
+		t.Fatalf("without handoff, failover and load data: wrote %v, %v", written, err)
 	}
 	if _, err := Write(t.TempDir(), compare.Results{}); err == nil {
 		t.Fatal("results without systems accepted")

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -179,7 +180,13 @@ func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	} else {
 		cfg, err = rest.InClusterConfig()
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, rest.ErrNotInCluster):
+		return nil, fmt.Errorf("sidecar: traffic policy %s or %s needs the Kubernetes API, and this is not a pod (%w): "+
+			"outside Kubernetes set %s (--%s) to %s, or give a kubeconfig with %s (--%s)",
+			batonv1.TrafficReadinessGate, batonv1.TrafficLabel, err, sidecarcontract.TrafficPolicy.Env(), sidecarcontract.TrafficPolicy.Flag(),
+			batonv1.TrafficNone, sidecarcontract.Kubeconfig.Env(), sidecarcontract.Kubeconfig.Flag())
+	case err != nil:
 		return nil, fmt.Errorf("sidecar: Kubernetes client config (%s): %w", sidecarcontract.Kubeconfig, err)
 	}
 	cfg.UserAgent = "baton-sidecar"

@@ -74,10 +74,10 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	o := Options{
 		LockName:      v.Get(sidecarcontract.LockName),
 		LockIDs:       sidecarcontract.SplitList(v.Get(sidecarcontract.LockIDs)),
-		Mode:          batonv1.LockMode(v.Get(sidecarcontract.Mode)),
+		Mode:          oneOf(v.Get(sidecarcontract.Mode), batonv1.ModeBlocking, batonv1.ModeTry),
 		Lease:         dur(sidecarcontract.Lease),
-		Scope:         batonv1.LockScope(v.Get(sidecarcontract.Scope)),
-		TrafficPolicy: batonv1.TrafficPolicy(v.Get(sidecarcontract.TrafficPolicy)),
+		Scope:         oneOf(v.Get(sidecarcontract.Scope), batonv1.ScopeNamespace, batonv1.ScopeGlobal),
+		TrafficPolicy: oneOf(v.Get(sidecarcontract.TrafficPolicy), batonv1.TrafficReadinessGate, batonv1.TrafficLabel, batonv1.TrafficNone),
 		Pod: PodIdentity{Namespace: v.Get(sidecarcontract.PodNamespace), Name: v.Get(sidecarcontract.PodName),
 			UID: v.Get(sidecarcontract.PodUID), IP: v.Get(sidecarcontract.PodIP)},
 		SocketPath:      v.Get(sidecarcontract.Socket),
@@ -99,6 +99,17 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 		return o, fmt.Errorf("sidecar: invalid configuration:\n  %w", joinLines(errs))
 	}
 	return o, nil
+}
+
+// oneOf returns the value of allowed that equals s ignoring case (every enumerated setting is
+// case-insensitive, as the Cassandra consistencies are), or s as given for Validate to report.
+func oneOf[T ~string](s string, allowed ...T) T {
+	for _, a := range allowed {
+		if strings.EqualFold(s, string(a)) {
+			return a
+		}
+	}
+	return T(s)
 }
 
 // Validate checks every option but the Cassandra connection (ParseOptions checks that while it

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/go-logr/logr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
@@ -97,6 +99,21 @@ func TestParseOptionsFlagsWin(t *testing.T) {
 	}
 	if o.Mode != batonv1.ModeTry || o.Lease != 5*time.Second || len(o.LockIDs) != 1 || o.LockIDs[0] != "x" {
 		t.Fatalf("flags did not win: %+v", o)
+	}
+}
+
+// TestEnumSettingsIgnoreCase: mode, scope and traffic policy take any case, as the consistencies
+// do, and come out canonical; an unknown value is still reported.
+func TestEnumSettingsIgnoreCase(t *testing.T) {
+	o, err := ParseOptions([]string{"--mode=try", "--scope", "GLOBAL", "--traffic-policy=none", "--consistency=local_quorum", "--local-dc=dc1"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Mode != batonv1.ModeTry || o.Scope != batonv1.ScopeGlobal || o.TrafficPolicy != batonv1.TrafficNone || o.Cassandra.Consistency != gocql.LocalQuorum {
+		t.Fatalf("mode %q, scope %q, traffic policy %q, consistency %v", o.Mode, o.Scope, o.TrafficPolicy, o.Cassandra.Consistency)
+	}
+	if _, err := ParseOptions([]string{"--mode=tryhard"}, env(nil)); err == nil || !strings.Contains(err.Error(), `"tryhard": use Blocking or Try`) {
+		t.Fatalf("unknown mode: %v", err)
 	}
 }
 
@@ -217,5 +234,27 @@ func TestCassandraSettings(t *testing.T) {
 		"BATON_CASSANDRA_TLS_CA": testpki.WriteFile(t, dir, "bad.crt", []byte("not a certificate"))}))
 	if err == nil || !strings.Contains(err.Error(), "--mode (BATON_MODE)") || !strings.Contains(err.Error(), "--cassandra-tls-ca (BATON_CASSANDRA_TLS_CA)") {
 		t.Errorf("want the mode and the CA problems together, got %v", err)
+	}
+}
+
+// TestOutsideKubernetesFailsFirst: with a traffic policy that needs the Kubernetes API and no
+// cluster to reach (no in-cluster environment, no kubeconfig), Run fails at once and says to use
+// None, before it connects to Cassandra (unreachable here: it would retry until ctx ends).
+func TestOutsideKubernetesFailsFirst(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	o, err := ParseOptions([]string{"--socket", filepath.Join(t.TempDir(), "baton.sock")},
+		env(map[string]string{"BATON_CASSANDRA_HOSTS": "127.0.0.1:1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = Run(ctx, o, logr.Discard())
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "BATON_TRAFFIC_POLICY") || !strings.Contains(err.Error(), "None") {
+		t.Fatalf("Run outside Kubernetes: %v (context: %v); want an immediate error that suggests BATON_TRAFFIC_POLICY=None", err, ctx.Err())
+	}
+	if _, statErr := os.Stat(o.SocketPath); statErr == nil {
+		t.Error("the API socket was created before the configuration was known to work")
 	}
 }

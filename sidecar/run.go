@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarapi"
@@ -19,12 +19,24 @@ import (
 	"github.com/baton-dev/baton/lock/hintudp"
 )
 
+// sessionCloseTimeout bounds closing the Cassandra session at exit, after the locks were released.
+const sessionCloseTimeout = time.Second
+
 // Run runs the sidecar until ctx ends (SIGTERM), then shuts down within opts.ShutdownTimeout:
 // it stops claiming its locks, releases them and closes the API. Connecting to Cassandra is
 // retried with progress logs until ctx ends.
 func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	if err := opts.Validate(); err != nil {
 		return err
+	}
+	// The Kubernetes client config is checked before any work: outside a cluster the default
+	// traffic policy cannot work, and that must not surface only after Cassandra is reached.
+	var kube kubernetes.Interface
+	if opts.TrafficPolicy != batonv1.TrafficNone {
+		var err error
+		if kube, err = KubeClient(opts.Kubeconfig); err != nil {
+			return err
+		}
 	}
 	cc, err := opts.Cassandra.ClusterConfig()
 	if err != nil {
@@ -35,8 +47,10 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		return err
 	}
 	defer func() {
-		if !cassandrastore.CloseSession(session, 5*time.Second) {
-			log.Info("closing the Cassandra session timed out; exiting anyway")
+		// By now every lock is given back (or expires by itself): closing the session only tidies
+		// up, so a hung node's connection may not hold the pod's exit for long.
+		if !cassandrastore.CloseSession(session, sessionCloseTimeout) {
+			log.Info("closing the Cassandra session is taking long; exiting without waiting", "waited", sessionCloseTimeout.String())
 		}
 	}()
 	store, err := openStore(ctx, session, log, opts.Cassandra.StoreOptions()...)
@@ -84,10 +98,10 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := sidecarapi.NewServer(handler)
 	served := make(chan error, len(listeners))
 	for _, ln := range listeners {
-		go func() { served <- srv.Serve(ln) }()
+		go func() { served <- sidecarapi.Serve(srv, ln) }()
 		log.Info("serving the lock API", "address", ln.Addr().String())
 	}
 
@@ -95,11 +109,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	defer stopHolding()
 	var gate *Gate
 	stopGate := func() {}
-	if opts.TrafficPolicy != batonv1.TrafficNone {
-		kube, err := KubeClient(opts.Kubeconfig)
-		if err != nil {
-			return err
-		}
+	if kube != nil {
 		gate = NewGate(kube, opts, holder, log.WithName("gate"))
 		gateDone := make(chan struct{})
 		gateCtx, cancelGate := context.WithCancel(runCtx)

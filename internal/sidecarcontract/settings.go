@@ -63,7 +63,7 @@ var table = []row{
 	{Mode, "BATON_MODE", "Blocking (hold from start) or Try (acquire on request)", string(batonv1.ModeBlocking)},
 	{Lease, "BATON_LEASE", "lease duration, e.g. 15s", batonv1.DefaultLeaseDuration},
 	{Scope, "BATON_SCOPE", "Namespace or Global", string(batonv1.ScopeNamespace)},
-	{TrafficPolicy, "BATON_TRAFFIC_POLICY", "ReadinessGate, Label or None", string(batonv1.TrafficReadinessGate)},
+	{TrafficPolicy, "BATON_TRAFFIC_POLICY", "ReadinessGate, Label or None (None outside Kubernetes: the others need its API)", string(batonv1.TrafficReadinessGate)},
 
 	{CassandraHosts, "BATON_CASSANDRA_HOSTS", "comma-separated Cassandra contact points (host or host:port)", ""},
 	{Keyspace, "BATON_CASSANDRA_KEYSPACE", "Cassandra keyspace holding baton's tables", "baton"},

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,6 +344,68 @@ func TestLapsedLeaseIsNeverRevived(t *testing.T) {
 		case <-lease.Done():
 		default:
 			t.Fatal("Done still open after the lease expired")
+		}
+	})
+}
+
+// TestRestartedWaiterSkipsItsDeadEntry: a waiter's process dies and restarts (same identity, new
+// incarnation, WithZeroWaitRestart) while its queue entry is still alive. The new incarnation
+// removes its predecessor's entry instead of waiting behind it until its TTL runs out, so when the
+// holder releases it is granted at once; without the removal the dead entry at the head would
+// hold the queue for up to its TTL (10 s by default).
+func TestRestartedWaiterSkipsItsDeadEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		holder, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "ns/holder/uid-1", Incarnation: "1"})
+		held, err := holder.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first incarnation queued, then died: its entry lives on for its TTL.
+		dead := lock.QueueEntry{Enqueued: time.Now().UnixMicro(), Owner: "ns/waiter/uid-2#1"}
+		if err := mem.Client(9, memstore.Faults{}).Enqueue(ctx, "x", dead, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		var mu sync.Mutex
+		ahead := -1
+		restarted, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "ns/waiter/uid-2", Incarnation: "2"},
+			lock.WithZeroWaitRestart(), lock.WithObserver(func(e lock.Event) {
+				if e.Kind == lock.EventQueued {
+					mu.Lock()
+					ahead = e.Ahead
+					mu.Unlock()
+				}
+			}))
+		got, done := make(chan time.Time, 1), make(chan struct{})
+		go func() {
+			defer close(done)
+			l, err := restarted.Acquire(ctx, "x")
+			if err != nil {
+				t.Error(err)
+				close(got)
+				return
+			}
+			got <- time.Now()
+			_ = l.Release(ctx)
+		}()
+		defer func() { <-done }()
+		time.Sleep(2 * time.Second)
+		mu.Lock()
+		if ahead != 0 {
+			t.Errorf("the restarted waiter counts %d ahead of it; want 0 (its predecessor's entry is not a waiter)", ahead)
+		}
+		mu.Unlock()
+		if q, _ := mem.Client(9, memstore.Faults{}).Queue(ctx, "x", 0, 10); slices.ContainsFunc(q, dead.Same) {
+			t.Errorf("the dead predecessor's entry is still queued: %v", q)
+		}
+		released := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if at, ok := <-got; !ok || at.Sub(released) > 2*time.Second {
+			t.Fatalf("the restarted waiter was granted %v after the release; want within two seconds", at.Sub(released))
 		}
 	})
 }

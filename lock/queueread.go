@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -71,6 +72,7 @@ func (l *Locker) readQueue(ctx context.Context, lockID string, mine QueueEntry) 
 		}
 		return nil, err
 	}
+	queue = l.dropPredecessors(lockID, queue)
 	next := sentWall.UnixMicro()
 	if len(queue) > 0 {
 		next = min(next, queue[0].Enqueued)
@@ -97,4 +99,30 @@ func (l *Locker) pruneQueueBoundsLocked(now time.Time) {
 			delete(l.queueBounds, id)
 		}
 	}
+}
+
+// dropPredecessors leaves out of queue the entries of earlier incarnations of our own identity and
+// removes them from the store in the background. With WithZeroWaitRestart such an incarnation is
+// known to be dead (rule 7), so a restarted process neither waits behind its own dead entry until
+// the entry's TTL runs out nor counts it ahead; other waiters stop counting it once it is removed.
+// Without WithZeroWaitRestart queue is returned as it is.
+func (l *Locker) dropPredecessors(lockID string, queue []QueueEntry) []QueueEntry {
+	if !l.opts.zeroWait {
+		return queue
+	}
+	self := l.owner.String()
+	dead := func(e QueueEntry) bool { return e.Owner != self && l.owner.sameIdentity(e.Owner) }
+	if !slices.ContainsFunc(queue, dead) {
+		return queue
+	}
+	var live []QueueEntry
+	for _, e := range queue {
+		if !dead(e) {
+			live = append(live, e)
+			continue
+		}
+		l.opts.log.V(1).Info("removing the queue entry of an earlier incarnation of this owner", "lock", lockID, "entry", e.Owner)
+		go l.dequeue(context.Background(), lockID, e, QueueEntry{})
+	}
+	return live
 }

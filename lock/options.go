@@ -67,8 +67,9 @@ func WithSafetyMargin(d time.Duration) Option {
 	return func(o *options) { o.safetyMargin = d; o.positive("WithSafetyMargin", d) }
 }
 
-// WithRequestTimeout bounds every single store request. Default min(2s, renew interval); at most
-// the renew interval.
+// WithRequestTimeout bounds every single store request. Default min(2s, renew interval / 2), so
+// that a renewal sent to a coordinator that never answers (a hung node) leaves time to settle it
+// and renew through another before the lease runs out; at most the renew interval.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(o *options) { o.requestTimeout = d; o.positive("WithRequestTimeout", d) }
 }
@@ -152,7 +153,7 @@ func buildOptions(opts []Option) (options, error) {
 		o.safetyMargin = o.lease / 10
 	}
 	if o.requestTimeout == 0 {
-		o.requestTimeout = min(maxRequestTimeout, o.renewInterval)
+		o.requestTimeout = min(maxRequestTimeout, o.renewInterval/2)
 	}
 	if o.pollInterval == 0 {
 		o.pollInterval = DefaultPollInterval

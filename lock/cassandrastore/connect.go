@@ -60,9 +60,14 @@ func (c Connection) ClusterConfig() (*gocql.ClusterConfig, error) {
 	cc := gocql.NewCluster(c.ContactPoints...)
 	cc.Consistency, cc.SerialConsistency = c.consistencies()
 	cc.Timeout, cc.ConnectTimeout = 5*time.Second, 5*time.Second
+	// Token-aware: a replica of the lock's partition coordinates (the first in token order, so one
+	// lock's transactions meet on one coordinator), with slow coordinators tried last.
+	fallback := gocql.RoundRobinHostPolicy()
 	if c.LocalDC != "" {
-		cc.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.LocalDC))
+		fallback = gocql.DCAwareRoundRobinPolicy(c.LocalDC)
 	}
+	policy := newSlowHostPolicy(gocql.TokenAwareHostPolicy(fallback), time.Now)
+	cc.PoolConfig.HostSelectionPolicy, cc.QueryObserver = policy, policy
 	if c.Username != "" {
 		cc.Authenticator = gocql.PasswordAuthenticator{Username: c.Username, Password: c.Password}
 	}

@@ -160,10 +160,14 @@ func TestConnectionClusterConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cc.Consistency != gocql.Quorum || cc.SerialConsistency != gocql.Serial || cc.Authenticator != nil || cc.SslOpts != nil ||
-		cc.PoolConfig.HostSelectionPolicy != nil {
-		t.Errorf("plain connection: consistency %v/%v, authenticator %v, TLS %v, policy %v",
-			cc.Consistency, cc.SerialConsistency, cc.Authenticator, cc.SslOpts, cc.PoolConfig.HostSelectionPolicy)
+	if cc.Consistency != gocql.Quorum || cc.SerialConsistency != gocql.Serial || cc.Authenticator != nil || cc.SslOpts != nil {
+		t.Errorf("plain connection: consistency %v/%v, authenticator %v, TLS %v",
+			cc.Consistency, cc.SerialConsistency, cc.Authenticator, cc.SslOpts)
+	}
+	// Slow coordinators come last (TestTrioHungNodeWhileHolding): the policy also observes answers.
+	if observer, ok := cc.QueryObserver.(gocql.HostSelectionPolicy); !ok || observer != cc.PoolConfig.HostSelectionPolicy {
+		t.Errorf("plain connection: host policy %T, query observer %T; want one slow-host policy as both",
+			cc.PoolConfig.HostSelectionPolicy, cc.QueryObserver)
 	}
 
 	conn = cassandrastore.Connection{ContactPoints: []string{"db:9042"}, LocalDC: "dc1",

@@ -103,6 +103,14 @@ func New(ctx context.Context, session *gocql.Session, opts ...Option) (*Store, e
 	return s, nil
 }
 
+// query returns the statement stmt on lockID's partition. Its routing key is given (the partition
+// key is lock_id alone, a text, whose routing key is its bytes), so the driver never prepares a
+// statement on some connection just to learn it: on a hung node that would stall the request
+// before any coordinator is chosen, where no host policy can see it.
+func (s *Store) query(stmt, lockID string, args ...any) *gocql.Query {
+	return s.session.Query(stmt, args...).RoutingKey([]byte(lockID))
+}
+
 // Load implements lock.Store. A linearizable load is a SERIAL (or LOCAL_SERIAL) read, which
 // completes or supersedes any Paxos round left unfinished by a write of unknown outcome.
 func (s *Store) Load(ctx context.Context, lockID string, linearizable bool) (lock.Record, bool, error) {
@@ -111,7 +119,7 @@ func (s *Store) Load(ctx context.Context, lockID string, linearizable bool) (loc
 		cons = s.serial
 	}
 	m := make(map[string]any)
-	err := s.session.Query(s.qLoad, lockID).Consistency(cons).Idempotent(true).MapScanContext(ctx, m)
+	err := s.query(s.qLoad, lockID, lockID).Consistency(cons).Idempotent(true).MapScanContext(ctx, m)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return lock.Record{}, false, nil
 	}
@@ -126,9 +134,9 @@ func (s *Store) CompareAndSwap(ctx context.Context, lockID string, prev, next lo
 	args := []any{next.Owner, next.Token, next.Version, next.Lease.Milliseconds(), next.Revoked, timestamp(next.GrantedAt), timestamp(next.RenewedAt)}
 	var q *gocql.Query
 	if prev.Version == 0 {
-		q = s.session.Query(s.qInsert, append([]any{lockID}, args...)...)
+		q = s.query(s.qInsert, lockID, append([]any{lockID}, args...)...)
 	} else {
-		q = s.session.Query(s.qUpdate, append(args, lockID, prev.Version, prev.Owner, prev.Token, prev.Revoked, prev.Lease.Milliseconds())...)
+		q = s.query(s.qUpdate, lockID, append(args, lockID, prev.Version, prev.Owner, prev.Token, prev.Revoked, prev.Lease.Milliseconds())...)
 	}
 	m := make(map[string]any)
 	applied, err := q.Consistency(s.cons).SerialConsistency(s.serial).Idempotent(false).MapScanCASContext(ctx, m)
@@ -156,7 +164,7 @@ func (s *Store) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, t
 	if s.hints {
 		args = []any{lockID, e.Enqueued, e.Owner, e.Hint, secs}
 	}
-	err := s.session.Query(s.qEnqueue, args...).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
+	err := s.query(s.qEnqueue, lockID, args...).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("cassandrastore: writing queue entry: %w", err)
 	}
@@ -165,7 +173,7 @@ func (s *Store) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, t
 
 // Dequeue implements lock.Store.
 func (s *Store) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) error {
-	err := s.session.Query(s.qDequeue, lockID, e.Enqueued, e.Owner).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
+	err := s.query(s.qDequeue, lockID, lockID, e.Enqueued, e.Owner).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("cassandrastore: deleting queue entry: %w", err)
 	}
@@ -175,7 +183,7 @@ func (s *Store) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) e
 // Queue implements lock.Store. A bounded read (from > 0) is a clustering slice: Cassandra starts
 // it at from and never reads the tombstones that removed entries left before it.
 func (s *Store) Queue(ctx context.Context, lockID string, from int64, limit int) ([]lock.QueueEntry, error) {
-	iter := s.session.Query(s.qQueue, lockID, from, limit).Consistency(s.cons).Idempotent(true).IterContext(ctx)
+	iter := s.query(s.qQueue, lockID, lockID, from, limit).Consistency(s.cons).Idempotent(true).IterContext(ctx)
 	var (
 		out  []lock.QueueEntry
 		e    lock.QueueEntry

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,4 +158,96 @@ func TestTrioNodeDownWhileContending(t *testing.T) {
 	if during.Load() == 0 {
 		t.Fatal("no grant while one of three nodes was down: the lock was not live")
 	}
+}
+
+// productStore returns a store on a session configured as the sidecar, the operator and the CLI
+// configure theirs (Connection.ClusterConfig), on the three-node cluster.
+func productStore(t *testing.T) *cassandrastore.Store {
+	t.Helper()
+	trioStore(t) // the schema
+	cc, err := cassandrastore.Connection{ContactPoints: trio.Cluster(t).Hosts(), Keyspace: keyspace}.ClusterConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	session, err := cc.CreateSession()
+	if err != nil {
+		t.Fatalf("connecting: %v", err)
+	}
+	t.Cleanup(func() { cassandrastore.CloseSession(session, 10*time.Second) })
+	store, err := cassandrastore.New(ctxFor(t, time.Minute), session, cassandrastore.WithKeyspace(keyspace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// hangNode stops node i (SIGSTOP: its connections stay open and requests to it simply get no
+// answer, as in a long GC pause or a disk stall) until the returned function or the test's end.
+func hangNode(t *testing.T, i int) (resume func()) {
+	t.Helper()
+	cl := trio.Cluster(t)
+	pid := cl.NodePID(i)
+	if pid <= 0 {
+		t.Fatalf("node %d is not running", i)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stopping node %d: %v", i, err)
+	}
+	t.Logf("hung node %d (%s, pid %d)", i, cl.NodeHost(i), pid)
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Errorf("resuming node %d: %v", i, err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+// TestTrioHungNodeWhileHolding: one of three nodes hangs (quorum is still there). The holder must
+// keep its lease through five leases of the hang, and a release must still hand over within two
+// leases: a hung coordinator may cost one request, not the lock (issue 12: an external run lost
+// held locks 3-13 s into such a hang, and hand-offs stalled until the node resumed).
+func TestTrioHungNodeWhileHolding(t *testing.T) {
+	id := lockID(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	holder, err := newLocker(t, productStore(t), "holder").Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := newLocker(t, productStore(t), "waiter")
+	granted := make(chan *lock.Lease, 1)
+	wg.Go(func() {
+		l, err := waiter.Acquire(ctx, id)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("waiter: %v", err)
+		}
+		granted <- l
+	})
+	resume := hangNode(t, 2)
+	hungAt := time.Now()
+	select {
+	case <-holder.Done():
+		t.Fatalf("the holder lost the lock %v into the hang of one node of three: %v", time.Since(hungAt).Round(time.Millisecond), holder.Err())
+	case l := <-granted:
+		t.Fatalf("the waiter was granted token %d while the holder held", l.Token())
+	case <-time.After(5 * testLease):
+	}
+	released := time.Now()
+	release(t, holder)
+	select {
+	case l := <-granted:
+		t.Logf("handed over %v after the release, the node still hung", time.Since(released).Round(time.Millisecond))
+		if l != nil {
+			release(t, l)
+		}
+	case <-time.After(2 * testLease):
+		t.Errorf("no hand-off within %v of the release while one node of three hangs", 2*testLease)
+	}
+	resume()
 }

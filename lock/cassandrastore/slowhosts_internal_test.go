@@ -1,0 +1,81 @@
+package cassandrastore
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+)
+
+// fixedPlan is a host policy whose every query plan is hosts, in order.
+type fixedPlan struct {
+	gocql.HostSelectionPolicy // nil: only Pick is used
+	hosts                     []*gocql.HostInfo
+}
+
+type pickedHost struct{ h *gocql.HostInfo }
+
+func (p pickedHost) Info() *gocql.HostInfo { return p.h }
+func (pickedHost) Mark(error)              {}
+
+func (p fixedPlan) Pick(gocql.ExecutableStatement) gocql.NextHost {
+	i := 0
+	return func() gocql.SelectedHost {
+		if i == len(p.hosts) {
+			return nil
+		}
+		i++
+		return pickedHost{p.hosts[i-1]}
+	}
+}
+
+func plan(p *slowHostPolicy) []string {
+	var out []string
+	next := p.Pick(nil)
+	for h := next(); h != nil; h = next() {
+		out = append(out, h.Info().ConnectAddress().String())
+	}
+	return out
+}
+
+// TestSlowHostsComeLast: a coordinator that left a request unanswered until its deadline, or
+// answered after slowAnswer, moves to the end of every plan for avoidSlowFor; a prompt answer, the
+// end of that time, or a request its caller gave up early changes that as they should.
+func TestSlowHostsComeLast(t *testing.T) {
+	var hosts []*gocql.HostInfo
+	for _, ip := range []string{"198.18.0.1", "198.18.0.2", "198.18.0.3"} {
+		h, err := gocql.NewHostInfoFromAddrPort(net.ParseIP(ip), 9042)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, h)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	p := newSlowHostPolicy(fixedPlan{hosts: hosts}, func() time.Time { return now })
+	observe := func(h *gocql.HostInfo, took time.Duration, err error) {
+		p.ObserveQuery(context.Background(), gocql.ObservedQuery{Host: h, Start: now.Add(-took), End: now, Err: err})
+	}
+	check := func(step string, want ...string) {
+		t.Helper()
+		if got := plan(p); len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+			t.Errorf("%s: plan %v, want %v", step, got, want)
+		}
+	}
+	check("at first", "198.18.0.1", "198.18.0.2", "198.18.0.3")
+	observe(hosts[0], slowUnanswered, context.DeadlineExceeded)
+	check("after a timeout on the first", "198.18.0.2", "198.18.0.3", "198.18.0.1")
+	observe(hosts[1], 2*time.Millisecond, context.DeadlineExceeded) // its caller's deadline, not the host
+	observe(hosts[1], 300*time.Millisecond, context.Canceled)
+	observe(hosts[1], slowAnswer/2, nil) // slowish, but answered
+	check("after requests cut short by their callers", "198.18.0.2", "198.18.0.3", "198.18.0.1")
+	observe(hosts[2], 3*time.Second, nil) // a late answer: the node was hung and resumed
+	check("after a late answer on the third", "198.18.0.2", "198.18.0.1", "198.18.0.3")
+	observe(hosts[1], slowAnswer, gocql.ErrTimeoutNoResponse)
+	check("with every host slow", "198.18.0.1", "198.18.0.2", "198.18.0.3")
+	observe(hosts[1], 5*time.Millisecond, nil)
+	check("after a prompt answer on the second", "198.18.0.2", "198.18.0.1", "198.18.0.3")
+	now = now.Add(avoidSlowFor)
+	check("once the others' time is up", "198.18.0.1", "198.18.0.2", "198.18.0.3")
+}

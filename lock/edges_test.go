@@ -409,3 +409,64 @@ func TestRestartedWaiterSkipsItsDeadEntry(t *testing.T) {
 		}
 	})
 }
+
+// TestDeadHeadIsSkipped: the head of the queue dies (its process is cut off for good) while the
+// lock is held, and its entry lives on for its TTL. When the holder releases, the waiter behind it
+// sees the free record left untaken, removes the dead head's entry and is granted within a few
+// seconds instead of waiting out the entry's TTL (10 s). A live head is never skipped: the
+// fairness tests and the simulation check the queue order.
+func TestDeadHeadIsSkipped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		holder, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "holder", Incarnation: "1"})
+		held, err := holder.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		headClient := mem.Client(2, fastFaults)
+		head, _ := lock.New(headClient, lock.Owner{Identity: "head", Incarnation: "1"})
+		next, _ := lock.New(mem.Client(3, fastFaults), lock.Owner{Identity: "next", Incarnation: "1"})
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		wg.Go(func() {
+			if l, err := head.Acquire(ctx, "x"); err == nil {
+				t.Errorf("the dead head was granted token %d", l.Token())
+			}
+		})
+		time.Sleep(time.Second)
+		got := make(chan time.Time, 1)
+		wg.Go(func() {
+			l, err := next.Acquire(ctx, "x")
+			if err != nil {
+				t.Error(err)
+				close(got)
+				return
+			}
+			got <- time.Now()
+			_ = l.Release(context.Background())
+		})
+		time.Sleep(time.Second)
+		headClient.Crash()
+		time.Sleep(3 * time.Second)
+		released := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at, ok := <-got:
+			if !ok {
+				return
+			}
+			if waited := at.Sub(released); waited > 4*time.Second {
+				t.Errorf("the waiter behind a dead head was granted %v after the release; want within 4 s", waited)
+			} else {
+				t.Logf("granted %v after the release", waited)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the waiter behind a dead head was not granted within a minute")
+		}
+	})
+}

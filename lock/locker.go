@@ -234,6 +234,15 @@ type acquisition struct {
 
 	dequeued <-chan struct{} // our entry's removal, when it started before the grant (contendDequeued)
 
+	// Next in line, watching the head (see watchHead): the head entry and since when it has been
+	// the head (Locker clock), whether the next poll reads the record instead of the queue, and
+	// the grantable record last seen and since when it has been seen grantable.
+	head           QueueEntry
+	headSince      time.Time
+	recordTurn     bool
+	grantable      Record
+	grantableSince time.Time
+
 	hintAddr string      // where we listen for hints; written into our queue entry
 	hints    <-chan Hint // hints for our queue entry
 	budget   hintBudget  // how many hints we may still act on
@@ -355,6 +364,11 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 	if a.wasHead && now.Sub(a.queueReadAt) < l.opts.waiterPoll {
 		return a.contend(ctx, nil)
 	}
+	if a.watchingHead(now) {
+		if a.recordTurn = !a.recordTurn; a.recordTurn {
+			return a.watchHead(ctx)
+		}
+	}
 	var record chan loaded // the owner record, read alongside the queue
 	if !a.queued || a.wasHead || hinted.Kind == HintFree {
 		record = make(chan loaded, 1)
@@ -370,6 +384,7 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 	}
 	a.readQueue(now, queue)
 	ahead, found := position(queue, a.entry, l.owner)
+	a.followHead(now, queue, ahead)
 	if a.queued && !found && len(queue) >= queueReadLimit && queue[len(queue)-1].Less(a.entry) {
 		// Deeper in the queue than one read reaches: our entry is there, it just was not read.
 		// It is refreshed every TTL/3 like any other, not rewritten on every poll.
@@ -497,6 +512,73 @@ func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.D
 		return nil, 0, fmt.Errorf("%w: %s was granted to another owner first", ErrLocked, a.lockID)
 	}
 	return nil, 0, nil
+}
+
+// A head that died (or hangs) leaves the lock to nobody until its queue entry's TTL runs out: a
+// release tells it, and waiters behind it wait. So the waiter next in line watches the head once it
+// has been the head for deadHeadAfter: every other poll it reads the owner record instead of the
+// queue (its store load stays the same). A record that the head could have taken (free, or held
+// past its lease by observation) and that stays unchanged for deadHeadFree more means the head is
+// not taking it: a live head reads the record every head poll and grants itself at once. The
+// watcher then removes the head's entry (a head that is alive after all finds its entry gone and
+// writes it again under its old name, keeping its place) and contends as the head. This is
+// fairness only: the grant is the usual compare-and-swap on exactly the record read. With the
+// default options deadHeadAfter is 2 s and deadHeadFree 1 s.
+func (o options) deadHeadAfter() time.Duration { return 2 * o.waiterPoll }
+func (o options) deadHeadFree() time.Duration  { return max(o.waiterPoll, 4*o.pollInterval) }
+
+// followHead records, after a queue read at now, the head while we are next in line.
+func (a *acquisition) followHead(now time.Time, queue []QueueEntry, ahead int) {
+	if ahead != 1 || !a.queued {
+		a.head = QueueEntry{}
+		return
+	}
+	self := a.l.owner.String()
+	for _, e := range queue {
+		if e.Owner == self {
+			continue
+		}
+		if !e.Same(a.head) {
+			a.head, a.headSince, a.grantableSince = e, now, time.Time{}
+		}
+		return
+	}
+}
+
+// watchingHead reports whether we are next in line behind a head that has been the head for
+// deadHeadAfter.
+func (a *acquisition) watchingHead(now time.Time) bool {
+	return a.block && a.queued && a.ahead == 1 && a.head.Enqueued != 0 && now.Sub(a.headSince) >= a.l.opts.deadHeadAfter()
+}
+
+// watchHead reads the owner record in place of a queue read, and contends as the head when the
+// head has left a grantable record untaken for deadHeadFree.
+func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, error) {
+	l := a.l
+	nextInLine := max(l.opts.pollInterval, 2*l.opts.waiterPoll/3)
+	r := loaded{sent: l.opts.clock.Now()}
+	r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
+	if r.err != nil {
+		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
+	}
+	received := l.opts.clock.Now()
+	if a.mustWait(r.rec, r.ok, received, received) > 0 {
+		a.grantableSince = time.Time{}
+		return nil, nextInLine, nil
+	}
+	if a.grantableSince.IsZero() || !a.grantable.sameState(r.rec) {
+		a.grantable, a.grantableSince = r.rec, received
+		return nil, nextInLine, nil
+	}
+	if r.sent.Sub(a.grantableSince) < l.opts.deadHeadFree() {
+		return nil, nextInLine, nil
+	}
+	l.opts.log.V(1).Info("the queue head leaves the lock untaken; removing its entry and contending",
+		"lock", a.lockID, "head", a.head.Owner, "since", r.sent.Sub(a.grantableSince).String())
+	dead := a.head
+	a.head, a.wasHead, a.ahead = QueueEntry{}, true, 0
+	go l.dequeue(context.WithoutCancel(ctx), a.lockID, dead, QueueEntry{})
+	return a.contend(ctx, &r)
 }
 
 // mustWait returns how long the owner record rec, whose read was received at received (seen

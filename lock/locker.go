@@ -364,7 +364,7 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 	if a.wasHead && now.Sub(a.queueReadAt) < l.opts.waiterPoll {
 		return a.contend(ctx, nil)
 	}
-	if a.watchingHead(now) {
+	if hinted.Kind == 0 && a.watchingHead(now) {
 		if a.recordTurn = !a.recordTurn; a.recordTurn {
 			return a.watchHead(ctx)
 		}
@@ -516,14 +516,15 @@ func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.D
 
 // A head that died (or hangs) leaves the lock to nobody until its queue entry's TTL runs out: a
 // release tells it, and waiters behind it wait. So the waiter next in line watches the head once it
-// has been the head for deadHeadAfter: every other poll it reads the owner record instead of the
-// queue (its store load stays the same). A record that the head could have taken (free, or held
-// past its lease by observation) and that stays unchanged for deadHeadFree more means the head is
-// not taking it: a live head reads the record every head poll and grants itself at once. The
+// has been the head for deadHeadAfter: every other poll not triggered by a hint it reads the owner
+// record instead of the queue (its store load stays the same). A free record that stays unchanged
+// for deadHeadFree means the head is not taking it: a live head reads the record every head poll
+// and grants itself at once (Lockers of one lock are assumed to share their poll settings). The
 // watcher then removes the head's entry (a head that is alive after all finds its entry gone and
-// writes it again under its old name, keeping its place) and contends as the head. This is
-// fairness only: the grant is the usual compare-and-swap on exactly the record read. With the
-// default options deadHeadAfter is 2 s and deadHeadFree 1 s.
+// writes it again under its old name, keeping its place, though others' bounded queue reads may
+// miss it until their next whole read) and contends as the head. This is fairness only: the grant
+// is the usual compare-and-swap on exactly the record read. With the default options
+// deadHeadAfter is 2 s and deadHeadFree 1 s.
 func (o options) deadHeadAfter() time.Duration { return 2 * o.waiterPoll }
 func (o options) deadHeadFree() time.Duration  { return max(o.waiterPoll, 4*o.pollInterval) }
 
@@ -562,7 +563,9 @@ func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, err
 		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
 	}
 	received := l.opts.clock.Now()
-	if a.mustWait(r.rec, r.ok, received, received) > 0 {
+	if r.ok && r.rec.Held() {
+		// Held, by a live holder or not: the head judges that by its own observation, which may
+		// have started later than ours, so only a free record the head leaves untaken counts.
 		a.grantableSince = time.Time{}
 		return nil, nextInLine, nil
 	}
@@ -576,7 +579,9 @@ func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, err
 	l.opts.log.V(1).Info("the queue head leaves the lock untaken; removing its entry and contending",
 		"lock", a.lockID, "head", a.head.Owner, "since", r.sent.Sub(a.grantableSince).String())
 	dead := a.head
-	a.head, a.wasHead, a.ahead = QueueEntry{}, true, 0
+	// The waiter after us is unknown (our queue view names the dead head as next): the release
+	// reads the queue afresh to tell the right one.
+	a.head, a.wasHead, a.ahead, a.next, a.othersSeen = QueueEntry{}, true, 0, QueueEntry{}, false
 	go l.dequeue(context.WithoutCancel(ctx), a.lockID, dead, QueueEntry{})
 	return a.contend(ctx, &r)
 }

@@ -62,11 +62,16 @@ func (c Connection) ClusterConfig() (*gocql.ClusterConfig, error) {
 	cc.Timeout, cc.ConnectTimeout = 5*time.Second, 5*time.Second
 	// Token-aware: a replica of the lock's partition coordinates (the first in token order, so one
 	// lock's transactions meet on one coordinator), with slow coordinators tried last.
-	fallback := gocql.RoundRobinHostPolicy()
-	if c.LocalDC != "" {
-		fallback = gocql.DCAwareRoundRobinPolicy(c.LocalDC)
+	// With a data-centre local consistency no other data centre ever coordinates: see
+	// newSlowHostPolicy.
+	newInner := func() gocql.HostSelectionPolicy {
+		if c.LocalDC != "" {
+			return gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.LocalDC))
+		}
+		return gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
 	}
-	policy := newSlowHostPolicy(gocql.TokenAwareHostPolicy(fallback), time.Now)
+	localOnly := c.LocalDC != "" && (cc.SerialConsistency == gocql.LocalSerial || cc.Consistency == gocql.LocalQuorum || cc.Consistency == gocql.LocalOne)
+	policy := newSlowHostPolicy(newInner, localOnly, time.Now)
 	cc.PoolConfig.HostSelectionPolicy, cc.QueryObserver = policy, policy
 	if c.Username != "" {
 		cc.Authenticator = gocql.PasswordAuthenticator{Username: c.Username, Password: c.Password}

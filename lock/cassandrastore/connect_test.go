@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
@@ -209,5 +210,22 @@ func TestConnectionHidesSecrets(t *testing.T) {
 	}
 	if s := (cassandrastore.Connection{ContactPoints: []string{"db"}}).String(); s != "Cassandra [db] keyspace baton" {
 		t.Errorf("String() of a plain connection = %q", s)
+	}
+}
+
+// TestClusterConfigSurvivesAFailedSession: a session that failed to start (Cassandra not reachable
+// yet) leaves the configuration usable for the next attempt, as the sidecar's connection retries
+// use it; the driver's token-aware policy alone would panic on the second session.
+func TestClusterConfigSurvivesAFailedSession(t *testing.T) {
+	cc, err := cassandrastore.Connection{ContactPoints: []string{"127.0.0.1:1"}}.ClusterConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.ConnectTimeout, cc.Timeout = time.Second, time.Second
+	for attempt := range 2 {
+		if s, err := cc.CreateSession(); err == nil {
+			s.Close()
+			t.Fatalf("attempt %d: a session to a closed port", attempt)
+		}
 	}
 }

@@ -32,14 +32,33 @@ const (
 // observer, from which it learns answer times.
 type slowHostPolicy struct {
 	gocql.HostSelectionPolicy
-	now func() time.Time
+	newInner  func() gocql.HostSelectionPolicy
+	localOnly bool
+	now       func() time.Time
+	inited    bool
 
 	mu   sync.Mutex
 	slow map[string]time.Time // host (address:port) → avoided until
 }
 
-func newSlowHostPolicy(inner gocql.HostSelectionPolicy, now func() time.Time) *slowHostPolicy {
-	return &slowHostPolicy{HostSelectionPolicy: inner, now: now, slow: make(map[string]time.Time)}
+// newSlowHostPolicy wraps the policies newInner makes. With localOnly, hosts that the inner policy
+// does not call local are never chosen: with LOCAL_SERIAL a coordinator in another data centre
+// would run Paxos among that data centre's replicas, a second Paxos domain over the same lock.
+func newSlowHostPolicy(newInner func() gocql.HostSelectionPolicy, localOnly bool, now func() time.Time) *slowHostPolicy {
+	return &slowHostPolicy{HostSelectionPolicy: newInner(), newInner: newInner, localOnly: localOnly, now: now,
+		slow: make(map[string]time.Time)}
+}
+
+// Init implements gocql.HostSelectionPolicy. A session that failed to start leaves its policy
+// initialised, and the driver's token-aware policy refuses a second session: a later attempt with
+// the same configuration (a connection retry) gets a fresh inner policy. One live session per
+// configuration, as the driver requires.
+func (p *slowHostPolicy) Init(s *gocql.Session) {
+	if p.inited {
+		p.HostSelectionPolicy = p.newInner()
+	}
+	p.inited = true
+	p.HostSelectionPolicy.Init(s)
 }
 
 // Pick implements gocql.HostSelectionPolicy: the wrapped plan with slow hosts moved to its end.
@@ -53,6 +72,9 @@ func (p *slowHostPolicy) Pick(stmt gocql.ExecutableStatement) gocql.NextHost {
 			if h == nil {
 				exhausted = true
 				break
+			}
+			if p.localOnly && h.Info() != nil && !p.HostSelectionPolicy.IsLocal(h.Info()) {
+				continue
 			}
 			if p.isSlow(h.Info()) {
 				later = append(later, h)

@@ -9,11 +9,15 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 )
 
-// fixedPlan is a host policy whose every query plan is hosts, in order.
+// fixedPlan is a host policy whose every query plan is hosts, in order; hosts in remote are not
+// local.
 type fixedPlan struct {
-	gocql.HostSelectionPolicy // nil: only Pick is used
+	gocql.HostSelectionPolicy // nil: only Pick and IsLocal are used
 	hosts                     []*gocql.HostInfo
+	remote                    map[*gocql.HostInfo]bool
 }
+
+func (p fixedPlan) IsLocal(h *gocql.HostInfo) bool { return !p.remote[h] }
 
 type pickedHost struct{ h *gocql.HostInfo }
 
@@ -53,7 +57,7 @@ func TestSlowHostsComeLast(t *testing.T) {
 		hosts = append(hosts, h)
 	}
 	now := time.Unix(1_700_000_000, 0)
-	p := newSlowHostPolicy(fixedPlan{hosts: hosts}, func() time.Time { return now })
+	p := newSlowHostPolicy(func() gocql.HostSelectionPolicy { return fixedPlan{hosts: hosts} }, false, func() time.Time { return now })
 	observe := func(h *gocql.HostInfo, took time.Duration, err error) {
 		p.ObserveQuery(context.Background(), gocql.ObservedQuery{Host: h, Start: now.Add(-took), End: now, Err: err})
 	}
@@ -78,4 +82,36 @@ func TestSlowHostsComeLast(t *testing.T) {
 	check("after a prompt answer on the second", "198.18.0.2", "198.18.0.1", "198.18.0.3")
 	now = now.Add(avoidSlowFor)
 	check("once the others' time is up", "198.18.0.1", "198.18.0.2", "198.18.0.3")
+}
+
+// TestLocalOnlyNeverLeavesTheDataCentre: with a data-centre local consistency (LOCAL_SERIAL: Paxos
+// among the coordinator's data centre) a host of another data centre is never chosen, not even
+// when every local host is slow; without it, remote hosts come after the local ones as before.
+func TestLocalOnlyNeverLeavesTheDataCentre(t *testing.T) {
+	var hosts []*gocql.HostInfo
+	for _, ip := range []string{"198.18.0.1", "198.18.0.2", "198.18.1.1"} {
+		h, err := gocql.NewHostInfoFromAddrPort(net.ParseIP(ip), 9042)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, h)
+	}
+	inner := func() gocql.HostSelectionPolicy {
+		return fixedPlan{hosts: hosts, remote: map[*gocql.HostInfo]bool{hosts[2]: true}}
+	}
+	now := time.Unix(1_700_000_000, 0)
+	for _, localOnly := range []bool{true, false} {
+		p := newSlowHostPolicy(inner, localOnly, func() time.Time { return now })
+		for _, h := range hosts[:2] {
+			p.ObserveQuery(context.Background(), gocql.ObservedQuery{Host: h, Start: now.Add(-time.Second), End: now, Err: context.DeadlineExceeded})
+		}
+		got := plan(p)
+		want := []string{"198.18.1.1", "198.18.0.1", "198.18.0.2"}
+		if localOnly {
+			want = []string{"198.18.0.1", "198.18.0.2"}
+		}
+		if len(got) != len(want) || got[0] != want[0] {
+			t.Errorf("local only %v, every local host slow: plan %v, want %v", localOnly, got, want)
+		}
+	}
 }

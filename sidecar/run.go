@@ -43,6 +43,10 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		return fmt.Errorf("sidecar: %w", err)
 	}
 	session, err := connect(ctx, cc, log)
+	if err != nil && ctx.Err() != nil {
+		log.Info("stopped before Cassandra was reachable: no lock was held")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

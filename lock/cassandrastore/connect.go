@@ -66,9 +66,9 @@ func (c Connection) ClusterConfig() (*gocql.ClusterConfig, error) {
 	// newSlowHostPolicy.
 	newInner := func() gocql.HostSelectionPolicy {
 		if c.LocalDC != "" {
-			return gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.LocalDC))
+			return gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.LocalDC), gocql.DoNotShuffleReplicas())
 		}
-		return gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
+		return gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy(), gocql.DoNotShuffleReplicas())
 	}
 	localOnly := c.LocalDC != "" && (cc.SerialConsistency == gocql.LocalSerial || cc.Consistency == gocql.LocalQuorum || cc.Consistency == gocql.LocalOne)
 	policy := newSlowHostPolicy(newInner, localOnly, time.Now)

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 )
 
@@ -24,6 +26,8 @@ const maxBody = 1 << 20
 type Store struct {
 	clock   clock.PassiveClock
 	history int
+	log     logr.Logger
+	started time.Time
 	mux     *http.ServeMux
 
 	mu        sync.Mutex
@@ -40,12 +44,19 @@ func WithClock(c clock.PassiveClock) Option { return func(s *Store) { s.clock = 
 // ones are dropped, the counts are kept.
 func WithHistory(n int) Option { return func(s *Store) { s.history = n } }
 
+// WithLogger logs every write as the store judges it: "write accepted" or "write rejected", with
+// the resource, writer, token, the highest token after it, its sequence number, and sinceStart,
+// its time on the store's clock since New (monotonic with the real clock, so that a history of
+// accepts and rejects lines up with other logs of the same process). Default: no log.
+func WithLogger(l logr.Logger) Option { return func(s *Store) { s.log = l } }
+
 // New returns an empty Store.
 func New(opts ...Option) (*Store, error) {
-	s := &Store{clock: clock.RealClock{}, history: DefaultHistory, resources: map[string]*Resource{}}
+	s := &Store{clock: clock.RealClock{}, history: DefaultHistory, log: logr.Discard(), resources: map[string]*Resource{}}
 	for _, o := range opts {
 		o(s)
 	}
+	s.started = s.clock.Now()
 	if s.history < 1 {
 		return nil, fmt.Errorf("fencedstore: history of %d writes: keep at least 1", s.history)
 	}
@@ -87,6 +98,12 @@ func (s *Store) Apply(name string, wr Write) Result {
 		rec.Accepted, out.Accepted = true, true
 	}
 	out.Highest = res.Highest
+	msg := "write rejected"
+	if rec.Accepted {
+		msg = "write accepted"
+	}
+	s.log.Info(msg, "resource", name, "writer", wr.Writer, "token", wr.Token, "highest", res.Highest, "seq", rec.Seq,
+		"sinceStart", rec.Time.Sub(s.started).String())
 	res.Writes = append(res.Writes, rec)
 	if over := len(res.Writes) - s.history; over > 0 {
 		res.Writes = slices.Delete(res.Writes, 0, over)

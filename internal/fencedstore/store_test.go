@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -174,5 +175,28 @@ func getJSON(t *testing.T, srv *httptest.Server, path string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWriteLog: WithLogger logs each accept and reject with its time on the store's clock since
+// the store started.
+func TestWriteLog(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	s, err := New(WithClock(clk), WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(t0.Add(1500 * time.Millisecond))
+	s.Apply("orders", Write{Token: 7, Writer: "a"})
+	clk.SetTime(t0.Add(2 * time.Second))
+	s.Apply("orders", Write{Token: 6, Writer: "b"})
+	want := []string{
+		`"level"=0 "msg"="write accepted" "resource"="orders" "writer"="a" "token"=7 "highest"=7 "seq"=1 "sinceStart"="1.5s"`,
+		`"level"=0 "msg"="write rejected" "resource"="orders" "writer"="b" "token"=6 "highest"=7 "seq"=2 "sinceStart"="2s"`,
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("log (-want +got):\n%s", diff)
 	}
 }

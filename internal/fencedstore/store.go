@@ -44,7 +44,8 @@ func WithClock(c clock.PassiveClock) Option { return func(s *Store) { s.clock = 
 // ones are dropped, the counts are kept.
 func WithHistory(n int) Option { return func(s *Store) { s.history = n } }
 
-// WithLogger logs every write as the store judges it: "write accepted" or "write rejected", with
+// WithLogger logs every write as the store judges it: "write accepted" (at V(1)) or "write
+// rejected", with
 // the resource, writer, token, the highest token after it, its sequence number, and sinceStart,
 // its time on the store's clock since New (monotonic with the real clock, so that a history of
 // accepts and rejects lines up with other logs of the same process). Default: no log.
@@ -98,11 +99,11 @@ func (s *Store) Apply(name string, wr Write) Result {
 		rec.Accepted, out.Accepted = true, true
 	}
 	out.Highest = res.Highest
-	msg := "write rejected"
+	log, msg := s.log, "write rejected"
 	if rec.Accepted {
-		msg = "write accepted"
+		log, msg = s.log.V(1), "write accepted"
 	}
-	s.log.Info(msg, "resource", name, "writer", wr.Writer, "token", wr.Token, "highest", res.Highest, "seq", rec.Seq,
+	log.Info(msg, "resource", name, "writer", wr.Writer, "token", wr.Token, "highest", res.Highest, "seq", rec.Seq,
 		"sinceStart", rec.Time.Sub(s.started).String())
 	res.Writes = append(res.Writes, rec)
 	if over := len(res.Writes) - s.history; over > 0 {

@@ -183,7 +183,7 @@ func getJSON(t *testing.T, srv *httptest.Server, path string, v any) {
 func TestWriteLog(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(t0)
 	var lines []string
-	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 1})
 	s, err := New(WithClock(clk), WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func TestWriteLog(t *testing.T) {
 	clk.SetTime(t0.Add(2 * time.Second))
 	s.Apply("orders", Write{Token: 6, Writer: "b"})
 	want := []string{
-		`"level"=0 "msg"="write accepted" "resource"="orders" "writer"="a" "token"=7 "highest"=7 "seq"=1 "sinceStart"="1.5s"`,
+		`"level"=1 "msg"="write accepted" "resource"="orders" "writer"="a" "token"=7 "highest"=7 "seq"=1 "sinceStart"="1.5s"`,
 		`"level"=0 "msg"="write rejected" "resource"="orders" "writer"="b" "token"=6 "highest"=7 "seq"=2 "sinceStart"="2s"`,
 	}
 	if diff := cmp.Diff(want, lines); diff != "" {

@@ -112,7 +112,7 @@ func serveFenced(ctx context.Context, log logr.Logger) error {
 	if addr == "" {
 		addr = demoapp.DefaultListenAddr
 	}
-	store, err := fencedstore.New()
+	store, err := fencedstore.New(fencedstore.WithLogger(log.WithName("fenced")))
 	if err != nil {
 		return err
 	}

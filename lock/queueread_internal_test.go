@@ -56,6 +56,20 @@ func (s *queueScript) lastFrom() int64 {
 	return s.froms[len(s.froms)-1]
 }
 
+// scriptedLocker returns a Locker on a queueScript whose queue holds one entry of another owner,
+// enqueued now (µs).
+func scriptedLocker(t *testing.T) (*queueScript, *Locker, int64) {
+	t.Helper()
+	s := &queueScript{}
+	l, err := New(s, Owner{Identity: "a", Incarnation: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMicro()
+	s.set(QueueEntry{Enqueued: now, Owner: "b"})
+	return s, l, now
+}
+
 func hasOwner(q []QueueEntry, owner string) bool {
 	return slices.ContainsFunc(q, func(e QueueEntry) bool { return e.Owner == owner })
 }
@@ -65,14 +79,8 @@ func hasOwner(q []QueueEntry, owner string) bool {
 // clock 30 s behind).
 func TestQueueBoundLateBoundedRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &queueScript{}
-		l, err := New(s, Owner{Identity: "a", Incarnation: "1"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, l, now := scriptedLocker(t)
 		ctx := context.Background()
-		now := time.Now().UnixMicro()
-		s.set(QueueEntry{Enqueued: now, Owner: "b"})
 		if _, err := l.readQueue(ctx, "x", QueueEntry{}); err != nil { // whole: the bound is now - 250 ms
 			t.Fatal(err)
 		}
@@ -108,14 +116,8 @@ func TestQueueBoundLateBoundedRead(t *testing.T) {
 // not fullQueueReadEvery later.
 func TestQueueBoundFailedWholeRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &queueScript{}
-		l, err := New(s, Owner{Identity: "a", Incarnation: "1"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, l, now := scriptedLocker(t)
 		ctx := context.Background()
-		now := time.Now().UnixMicro()
-		s.set(QueueEntry{Enqueued: now, Owner: "b"})
 		// Reads of another lock let the Locker prune its bounds at 0 and at fullQueueReadEvery, not
 		// at the failing read (a pruned bound starts again from the start of the queue anyway).
 		read := func(lockID string) ([]QueueEntry, error) { return l.readQueue(ctx, lockID, QueueEntry{}) }

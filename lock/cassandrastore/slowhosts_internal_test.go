@@ -35,6 +35,20 @@ func (p fixedPlan) Pick(gocql.ExecutableStatement) gocql.NextHost {
 	}
 }
 
+// testHosts returns hosts at the given addresses, port 9042.
+func testHosts(t *testing.T, ips ...string) []*gocql.HostInfo {
+	t.Helper()
+	var hosts []*gocql.HostInfo
+	for _, ip := range ips {
+		h, err := gocql.NewHostInfoFromAddrPort(net.ParseIP(ip), 9042)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
 func plan(p *slowHostPolicy) []string {
 	var out []string
 	next := p.Pick(nil)
@@ -48,14 +62,7 @@ func plan(p *slowHostPolicy) []string {
 // answered after slowAnswer, moves to the end of every plan for avoidSlowFor; a prompt answer, the
 // end of that time, or a request its caller gave up early changes that as they should.
 func TestSlowHostsComeLast(t *testing.T) {
-	var hosts []*gocql.HostInfo
-	for _, ip := range []string{"198.18.0.1", "198.18.0.2", "198.18.0.3"} {
-		h, err := gocql.NewHostInfoFromAddrPort(net.ParseIP(ip), 9042)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hosts = append(hosts, h)
-	}
+	hosts := testHosts(t, "198.18.0.1", "198.18.0.2", "198.18.0.3")
 	now := time.Unix(1_700_000_000, 0)
 	p := newSlowHostPolicy(func() gocql.HostSelectionPolicy { return fixedPlan{hosts: hosts} }, false, func() time.Time { return now })
 	observe := func(h *gocql.HostInfo, took time.Duration, err error) {
@@ -88,14 +95,7 @@ func TestSlowHostsComeLast(t *testing.T) {
 // among the coordinator's data centre) a host of another data centre is never chosen, not even
 // when every local host is slow; without it, remote hosts come after the local ones as before.
 func TestLocalOnlyNeverLeavesTheDataCentre(t *testing.T) {
-	var hosts []*gocql.HostInfo
-	for _, ip := range []string{"198.18.0.1", "198.18.0.2", "198.18.1.1"} {
-		h, err := gocql.NewHostInfoFromAddrPort(net.ParseIP(ip), 9042)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hosts = append(hosts, h)
-	}
+	hosts := testHosts(t, "198.18.0.1", "198.18.0.2", "198.18.1.1")
 	inner := func() gocql.HostSelectionPolicy {
 		return fixedPlan{hosts: hosts, remote: map[*gocql.HostInfo]bool{hosts[2]: true}}
 	}

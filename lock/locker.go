@@ -418,7 +418,7 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 		}
 		if ahead == 1 {
 			// Next in line: look again a little sooner, the head may be granted any moment.
-			return nil, max(l.opts.pollInterval, 2*l.opts.waiterPoll/3), nil
+			return nil, l.opts.nextInLinePoll(), nil
 		}
 		return nil, l.opts.waiterPoll, nil
 	}
@@ -526,7 +526,11 @@ func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.D
 // is the usual compare-and-swap on exactly the record read. With the default options
 // deadHeadAfter is 2 s and deadHeadFree 1 s.
 func (o options) deadHeadAfter() time.Duration { return 2 * o.waiterPoll }
-func (o options) deadHeadFree() time.Duration  { return max(o.waiterPoll, 4*o.pollInterval) }
+
+// nextInLinePoll is the poll of the waiter next in line: a little sooner than others', the head
+// may be granted any moment.
+func (o options) nextInLinePoll() time.Duration { return max(o.pollInterval, 2*o.waiterPoll/3) }
+func (o options) deadHeadFree() time.Duration   { return max(o.waiterPoll, 4*o.pollInterval) }
 
 // followHead records, after a queue read at now, the head while we are next in line.
 func (a *acquisition) followHead(now time.Time, queue []QueueEntry, ahead int) {
@@ -556,7 +560,7 @@ func (a *acquisition) watchingHead(now time.Time) bool {
 // head has left a grantable record untaken for deadHeadFree.
 func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, error) {
 	l := a.l
-	nextInLine := max(l.opts.pollInterval, 2*l.opts.waiterPoll/3)
+	nextInLine := l.opts.nextInLinePoll()
 	r := loaded{sent: l.opts.clock.Now()}
 	r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
 	if r.err != nil {

@@ -526,11 +526,11 @@ func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.D
 // is the usual compare-and-swap on exactly the record read. With the default options
 // deadHeadAfter is 2 s and deadHeadFree 1 s.
 func (o options) deadHeadAfter() time.Duration { return 2 * o.waiterPoll }
+func (o options) deadHeadFree() time.Duration  { return max(o.waiterPoll, 4*o.pollInterval) }
 
 // nextInLinePoll is the poll of the waiter next in line: a little sooner than others', the head
 // may be granted any moment.
 func (o options) nextInLinePoll() time.Duration { return max(o.pollInterval, 2*o.waiterPoll/3) }
-func (o options) deadHeadFree() time.Duration   { return max(o.waiterPoll, 4*o.pollInterval) }
 
 // followHead records, after a queue read at now, the head while we are next in line.
 func (a *acquisition) followHead(now time.Time, queue []QueueEntry, ahead int) {

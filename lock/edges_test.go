@@ -470,3 +470,47 @@ func TestDeadHeadIsSkipped(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseEndedAt: a released lease ended when Release was called; a lease whose process was
+// paused past its deadline (both of its clocks jump ahead, as after SIGSTOP and SIGCONT) ended at
+// its deadline, not when the process noticed, so that reports built on EndedAt never stretch a
+// hold past the moment it stopped being valid.
+func TestLeaseEndedAt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		clk := &testclock.Ahead{}
+		wall := func() time.Time { return clk.Now() }
+		l, _ := lock.New(mem.Client(1, memstore.Faults{}), lock.Owner{Identity: "a", Incarnation: "1"},
+			lock.WithLease(3*time.Second), lock.WithRenewInterval(time.Second), lock.WithClock(clk), lock.WithWallClock(wall))
+		ctx := context.Background()
+
+		lease, err := l.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !lease.EndedAt().IsZero() {
+			t.Fatalf("EndedAt %v while held", lease.EndedAt())
+		}
+		time.Sleep(1500 * time.Millisecond)
+		released := wall()
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := lease.EndedAt(); !got.Equal(released) {
+			t.Errorf("released lease: EndedAt %v, want the release at %v", got, released)
+		}
+
+		lease, err = l.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := wall()         // the grant was sent no later than this
+		clk.Set(10 * time.Second) // paused for 10 s: both clocks moved, no timer ran
+		<-lease.Done()
+		deadline := granted.Add(3*time.Second - 300*time.Millisecond) // lease − the default 10 % margin
+		if got := lease.EndedAt(); got.After(deadline) || got.Before(deadline.Add(-100*time.Millisecond)) {
+			t.Errorf("lease paused past its deadline: EndedAt %v after the grant, want its deadline, %v after the grant",
+				got.Sub(granted), deadline.Sub(granted))
+		}
+	})
+}

@@ -34,7 +34,8 @@ type Lease struct {
 	rec        Record    // the last record this lease knows it wrote
 	validUntil time.Time // Locker clock
 	fence      clock.Timer
-	err        error // why the lease ended; nil while held
+	err        error     // why the lease ended; nil while held
+	endedAt    time.Time // Locker clock; when the lease stopped being valid (see EndedAt)
 	pending    *write
 	endErr     error // outcome of giving the record back
 }
@@ -63,6 +64,31 @@ func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <
 	lease.mu.Unlock()
 	go lease.renew()
 	return lease
+}
+
+// EndedAt returns when the lease stopped being valid, on the wall clock (WithWallClock): the moment
+// it was released or lost, or its deadline if that came first, as when the process was paused
+// past it and noticed only later. It is the zero time while the lease is held. The wall-clock
+// time is derived from the Locker's monotonic clock at the call, so it is exact on this
+// machine's clock whatever the pause.
+func (s *Lease) EndedAt() time.Time {
+	s.mu.Lock()
+	end := s.endedAt
+	s.mu.Unlock()
+	if end.IsZero() {
+		return time.Time{}
+	}
+	o := s.l.opts
+	return o.wallClock().Add(end.Sub(o.clock.Now()))
+}
+
+// endLocked records when the lease stopped being valid; the caller holds s.mu.
+func (s *Lease) endLocked() {
+	end := s.l.opts.clock.Now()
+	if !s.validUntil.IsZero() && s.validUntil.Before(end) {
+		end = s.validUntil
+	}
+	s.endedAt = end
 }
 
 // LockID returns the ID of the lock this lease holds.
@@ -161,6 +187,7 @@ func (s *Lease) lose(reason error) {
 		return
 	}
 	s.err = reason
+	s.endLocked()
 	if s.fence != nil {
 		s.fence.Stop()
 	}
@@ -208,6 +235,7 @@ func (s *Lease) extendLocked(rec Record, sent time.Time) {
 // expireLocked ends a held lease as expired; the caller holds s.mu.
 func (s *Lease) expireLocked() {
 	s.err = ErrLeaseExpired
+	s.endLocked()
 	if s.fence != nil {
 		s.fence.Stop()
 	}

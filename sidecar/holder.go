@@ -170,7 +170,7 @@ func (h *Holder) ended(id string, lease *lock.Lease) {
 	s.lease = nil
 	s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateLost, Token: lease.Token(), Reason: reason}
 	h.metrics.lost(id, lease.Err()) // before the event, as in acquired
-	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: id, Token: lease.Token(), Reason: reason, Time: time.Now()})
+	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: id, Token: lease.Token(), Reason: reason, Time: lease.EndedAt()})
 	h.log.Info("lock lost", "lock", id, "token", lease.Token(), "reason", reason)
 }
 
@@ -367,7 +367,7 @@ func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease) erro
 		s.lease = nil
 		s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: lease.Token(), Reason: "released"}
 		h.metrics.released(id) // before the event, as in acquired
-		h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventReleased, LockID: id, Token: lease.Token(), Time: time.Now()})
+		h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventReleased, LockID: id, Token: lease.Token(), Time: lease.EndedAt()})
 	}
 	h.mu.Unlock()
 	h.log.Info("lock released", "lock", id, "token", lease.Token(), "confirmed", err == nil)

@@ -49,7 +49,10 @@ type Event struct {
 	LockID string    `json:"lockId"`
 	Token  int64     `json:"token"`
 	Reason string    `json:"reason,omitempty"`
-	Time   time.Time `json:"time"`
+	// Time is when it happened on the sidecar's wall clock. For lost and released it is when the
+	// lease stopped being valid: its deadline when the sidecar noticed only later (a paused
+	// process), so that a hold reported from acquired to lost never outlasts its validity.
+	Time time.Time `json:"time"`
 }
 
 // Sentinel errors of the API. The sidecar's lock holder returns them (wrapped or not) and its

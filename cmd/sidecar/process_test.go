@@ -300,12 +300,19 @@ func TestPausedHolderReportsLoss(t *testing.T) {
 		t.Fatalf("b after a paused: %+v", e)
 	}
 	time.Sleep(lease) // a stays paused well past its lease
+	resumed := time.Now()
 	a.cmd.Process.Signal(syscall.SIGCONT)
 	lost := nextEvent(t, aEvents, 10*time.Second)
 	if lost.Type != sidecarclient.EventLost || lost.Token != st.Token {
 		t.Fatalf("a after resuming: %+v, want lost for token %d", lost, st.Token)
 	}
-	t.Logf("paused holder reported on resume: %s (%s)", lost.Type, lost.Reason)
+	// The report comes on resume, but it dates the end of a's hold at its deadline, during the
+	// pause and before b's grant: the two reported holds do not overlap.
+	if !lost.Time.Before(e.Time) || !lost.Time.Before(resumed) {
+		t.Errorf("a's lost event is dated %v, b's acquired %v, the resume %v: want a's hold to end before b's grant",
+			lost.Time.Format(time.StampMilli), e.Time.Format(time.StampMilli), resumed.Format(time.StampMilli))
+	}
+	t.Logf("paused holder reported on resume: %s (%s), dated %v before b's grant", lost.Type, lost.Reason, e.Time.Sub(lost.Time))
 	for range 10 {
 		cur, err := a.client.Lock(context.Background(), "orders")
 		if err != nil {

@@ -1,0 +1,168 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/baton-dev/baton/internal/fencedstore"
+)
+
+// Hold is one process's grant of one lock, as the process reported it.
+type Hold struct {
+	Process string
+	Lock    string
+	Token   int64
+	Start   time.Time // the acquired report
+	// End is when the hold stopped being valid: the lost or released report, or when the nemesis
+	// killed the process. Zero while the process still reports it held when the run ends.
+	End time.Time
+}
+
+// Window is a time span, e.g. a fault from its injection to its healing.
+type Window struct {
+	Name       string
+	Start, End time.Time
+}
+
+// History is what a run produced.
+type History struct {
+	Holds []Hold
+	// Writes are the fenced resource's records per lock, in the order the resource judged them.
+	Writes map[string][]fencedstore.Record
+	// Faults are the nemesis's faults, healed by their End.
+	Faults []Window
+	// End is when the run stopped; open holds last until then.
+	End time.Time
+}
+
+// Anomaly is one broken promise found in a history.
+type Anomaly struct {
+	Kind   string // "overlap", "token-order", "token-reuse", "stale-write", "shared-token", "liveness"
+	Detail string
+}
+
+func (a Anomaly) String() string { return a.Kind + ": " + a.Detail }
+
+// CheckOptions bounds what Check accepts.
+type CheckOptions struct {
+	// Regrant is how soon after the last fault healed every lock that was granted in the run must
+	// be granted again (0: not checked).
+	Regrant time.Duration
+}
+
+// Check returns every anomaly in h, in a stable order.
+func Check(h History, opts CheckOptions) []Anomaly {
+	var out []Anomaly
+	byLock := map[string][]Hold{}
+	for _, hd := range h.Holds {
+		byLock[hd.Lock] = append(byLock[hd.Lock], hd)
+	}
+	for _, lockID := range sortedKeys(byLock) {
+		out = append(out, checkHolds(lockID, byLock[lockID], h.End)...)
+	}
+	for _, lockID := range sortedKeys(h.Writes) {
+		out = append(out, checkWrites(lockID, h.Writes[lockID])...)
+	}
+	if opts.Regrant > 0 {
+		out = append(out, checkRegrant(h, byLock, opts.Regrant)...)
+	}
+	return out
+}
+
+// checkHolds checks one lock's holds: no two overlap, tokens grow in grant order, and no token is
+// granted twice.
+func checkHolds(lockID string, holds []Hold, runEnd time.Time) []Anomaly {
+	var out []Anomaly
+	holds = slices.Clone(holds)
+	slices.SortStableFunc(holds, func(a, b Hold) int { return a.Start.Compare(b.Start) })
+	end := func(hd Hold) time.Time {
+		if hd.End.IsZero() {
+			return runEnd
+		}
+		return hd.End
+	}
+	owner := map[int64]string{}
+	for i, hd := range holds {
+		if p, ok := owner[hd.Token]; ok && p != hd.Process {
+			out = append(out, Anomaly{"token-reuse", fmt.Sprintf("lock %s: token %d granted to %s and to %s", lockID, hd.Token, p, hd.Process)})
+		}
+		owner[hd.Token] = hd.Process
+		for _, earlier := range holds[:i] {
+			if earlier.Process == hd.Process && earlier.Token == hd.Token {
+				continue // the same grant reported twice
+			}
+			if hd.Start.Before(end(earlier)) {
+				out = append(out, Anomaly{"overlap", fmt.Sprintf("lock %s: %s held token %d from %s to %s, %s took token %d at %s, %v before that ended",
+					lockID, earlier.Process, earlier.Token, stamp(earlier.Start), stamp(end(earlier)), hd.Process, hd.Token, stamp(hd.Start),
+					end(earlier).Sub(hd.Start))})
+			}
+			if hd.Token <= earlier.Token {
+				out = append(out, Anomaly{"token-order", fmt.Sprintf("lock %s: %s got token %d at %s, after %s got token %d at %s",
+					lockID, hd.Process, hd.Token, stamp(hd.Start), earlier.Process, earlier.Token, stamp(earlier.Start))})
+			}
+		}
+	}
+	return out
+}
+
+// checkWrites checks the fenced resource's judgement of one lock's writes: it accepted no token
+// lower than one it accepted before, and no token that another writer had set.
+func checkWrites(lockID string, writes []fencedstore.Record) []Anomaly {
+	var out []Anomaly
+	var highest int64
+	setBy := ""
+	for _, w := range writes {
+		if !w.Accepted {
+			continue
+		}
+		switch {
+		case w.Token < highest:
+			out = append(out, Anomaly{"stale-write", fmt.Sprintf("lock %s: write %d by %s with token %d accepted after token %d",
+				lockID, w.Seq, w.Writer, w.Token, highest)})
+		case w.Token == highest && w.Writer != setBy:
+			out = append(out, Anomaly{"shared-token", fmt.Sprintf("lock %s: write %d by %s with token %d, which %s wrote with",
+				lockID, w.Seq, w.Writer, w.Token, setBy)})
+		case w.Token > highest:
+			highest, setBy = w.Token, w.Writer
+		}
+	}
+	return out
+}
+
+// checkRegrant checks that every lock granted in the run was granted again within bound of the
+// last fault's healing (when the run went on that long).
+func checkRegrant(h History, byLock map[string][]Hold, bound time.Duration) []Anomaly {
+	var healed time.Time
+	for _, f := range h.Faults {
+		if f.End.After(healed) {
+			healed = f.End
+		}
+	}
+	if healed.IsZero() || h.End.Sub(healed) < bound {
+		return nil
+	}
+	var out []Anomaly
+	for _, lockID := range sortedKeys(byLock) {
+		ok := slices.ContainsFunc(byLock[lockID], func(hd Hold) bool {
+			return !hd.Start.Before(healed) && hd.Start.Sub(healed) <= bound ||
+				hd.Start.Before(healed) && (hd.End.IsZero() || hd.End.After(healed))
+		})
+		if !ok {
+			out = append(out, Anomaly{"liveness", fmt.Sprintf("lock %s: not held within %v after the last fault healed at %s", lockID, bound, stamp(healed))})
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmp.Compare)
+	return keys
+}
+
+func stamp(t time.Time) string { return t.Format("15:04:05.000") }

@@ -143,6 +143,12 @@ soak: ## 1,000 simulated histories per fault class
 	$(GO) test -race -count=1 -timeout 3h -v ./lock/ -run 'TestSimulation' -sim.histories=1000 2>&1 \
 	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
 
+.PHONY: chaos
+chaos: install-deps ## chaos on a three-node Cassandra: sidecar processes, fenced writes, a nemesis per fault class (CHAOSFLAGS; default 3 runs of 30 s per class); make test runs one short run of each fault class
+	$(GO) test -race -count=1 -timeout 3h -v ./internal/chaos/ -run '^TestChaos$$' \
+	  -chaos.classes=none,kill,pause -chaos.runs=3 -chaos.duration=30s $(CHAOSFLAGS) 2>&1 \
+	  | grep -E --line-buffered '^(\s*--- |ok|FAIL|panic:|\s+\S+_test\.go:[0-9]+: )'
+
 .PHONY: bench
 bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton in process, baton sidecar processes with UDP hints, client-go; the comparison alone about 10 min)
 	$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./lock/cassandrastore/

@@ -141,13 +141,14 @@ func (h *Holder) acquired(id string, lease *lock.Lease) {
 	h.mu.Lock()
 	s := h.locks[id]
 	s.lease, s.everHeld = lease, true
-	s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: lease.Token(), Holder: h.podName()}
+	now := time.Now()
+	s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: lease.Token(), Holder: h.podName(), HeldSince: now}
 	if h.opts.Mode == batonv1.ModeBlocking && !h.started {
 		h.started = h.allEverHeldLocked()
 	}
 	// Metrics first: a subscriber that sees the event and then reads the metrics sees it counted.
 	h.metrics.acquired(id, lease.Token())
-	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: id, Token: lease.Token(), Time: time.Now()})
+	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: id, Token: lease.Token(), Time: now})
 	h.mu.Unlock()
 	h.log.Info("lock held", "lock", id, "token", lease.Token())
 }
@@ -295,7 +296,7 @@ func (h *Holder) statusLocked(id string) sidecarclient.LockStatus {
 		if left <= 0 && st.State == sidecarclient.StateHeld {
 			// The self-fence deadline has passed and the loss is on its way (its goroutine may not
 			// have run yet, or the machine was just resumed): never report held past the deadline.
-			st.State, st.Reason, st.LeaseRemainingMs = sidecarclient.StateLost, "lease expired: its self-fence deadline passed", 0
+			st.State, st.Reason, st.LeaseRemainingMs, st.HeldSince = sidecarclient.StateLost, "lease expired: its self-fence deadline passed", 0, time.Time{}
 		}
 	}
 	return st

@@ -31,6 +31,9 @@ type LockStatus struct {
 	QueuePosition    int    `json:"queuePosition,omitempty"`    // 1 = next in line, while waiting
 	LeaseRemainingMs int64  `json:"leaseRemainingMs,omitempty"` // while held
 	Reason           string `json:"reason,omitempty"`           // why lost / why waiting
+	// HeldSince is when this pod was granted the lock (the time of its acquired event), while
+	// held: a client that subscribes to the events after the grant still learns when it began.
+	HeldSince time.Time `json:"heldSince,omitzero"`
 }
 
 // EventType names a push notice on the event stream; it is the SSE event name.

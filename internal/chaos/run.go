@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/internal/fencedstore"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -85,7 +86,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := r.nemesis(ctx); err != nil {
 		return Result{}, err
 	}
-	if err := sleep(ctx, cfg.Regrant()+cfg.Lease); err != nil {
+	if err := ctxtime.Sleep(ctx, cfg.Regrant()+cfg.Lease); err != nil {
 		return Result{}, err
 	}
 	end := time.Now()
@@ -184,7 +185,7 @@ func (p *proc) app(ctx context.Context) {
 			p.event(e)
 		}
 		<-errs
-		_ = sleep(ctx, 50*time.Millisecond)
+		_ = ctxtime.Sleep(ctx, 50*time.Millisecond)
 	}
 }
 
@@ -287,7 +288,7 @@ func (r *run) nemesis(ctx context.Context) error {
 	cfg := r.cfg
 	deadline := time.Now().Add(cfg.Duration)
 	for time.Now().Before(deadline) {
-		if err := sleep(ctx, cfg.Lease+time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
+		if err := ctxtime.Sleep(ctx, cfg.Lease+time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
 			return err
 		}
 		p := r.holder()
@@ -299,7 +300,7 @@ func (r *run) nemesis(ctx context.Context) error {
 		case ClassKill:
 			p.signal(syscall.SIGKILL)
 			<-p.exited
-			if err := sleep(ctx, time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
+			if err := ctxtime.Sleep(ctx, time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
 				return err
 			}
 			if err := p.start(); err != nil {
@@ -307,7 +308,7 @@ func (r *run) nemesis(ctx context.Context) error {
 			}
 		case ClassPause:
 			p.signal(syscall.SIGSTOP)
-			if err := sleep(ctx, cfg.Lease+time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
+			if err := ctxtime.Sleep(ctx, cfg.Lease+time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
 				p.signal(syscall.SIGCONT)
 				return err
 			}
@@ -345,17 +346,6 @@ func (r *run) result(end time.Time) Result {
 		History: History{Holds: slices.Clone(r.holds), Writes: map[string][]fencedstore.Record{r.cfg.Lock: res.Writes},
 			Faults: slices.Clone(r.faults), End: end},
 		Faults: len(r.faults), Accepted: res.Accepted, Rejected: res.Rejected, Crashes: slices.Clone(r.crashes),
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

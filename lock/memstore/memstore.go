@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/lock"
 )
 
@@ -267,21 +268,6 @@ func (c *Client) cut() bool {
 	return c.crashed || time.Now().Before(c.partitioned)
 }
 
-// wait sleeps d unless ctx ends first.
-func wait(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // timeout blocks until ctx ends and returns the timeout error.
 func timeout(ctx context.Context, what string) error {
 	<-ctx.Done()
@@ -300,7 +286,7 @@ func (c *Client) call(ctx context.Context, what string, op func()) error {
 		// On its way whatever the caller's deadline says.
 		c.s.count(&c.s.stats.DelayedRequests)
 		time.Sleep(c.latency(what) + c.upTo(what, c.faults.DelayBy))
-	} else if err := wait(ctx, c.latency(what)); err != nil {
+	} else if err := ctxtime.Sleep(ctx, c.latency(what)); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrTimeout, what, err)
 	}
 	if c.cut() {
@@ -411,7 +397,7 @@ func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next l
 	if dup {
 		// A driver retry: the same conditional write delivered again before the call returns.
 		// (Cassandra clients must never resend a conditional write after reporting on it.)
-		_ = wait(ctx, dupBy)
+		_ = ctxtime.Sleep(ctx, dupBy)
 		c.s.mu.Lock()
 		c.s.stats.Duplicates++
 		c.s.settleLocked(lockID, commit)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/baton-dev/baton/internal/ctxtime"
 )
 
 // Store load budgets per role, in requests per second (docs/design.md, Targets): they are stated
@@ -106,18 +108,18 @@ func Load(ctx context.Context, sys System, lockID string, n int, lease, settle, 
 	for _, c := range made[1:] {
 		waiting = append(waiting, acquireAsync(wctx, c))
 		// Queue order is arrival order; an enqueue takes milliseconds.
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return LoadResult{}, err
 		}
 	}
-	if err := sleep(ctx, settle); err != nil {
+	if err := ctxtime.Sleep(ctx, settle); err != nil {
 		return LoadResult{}, err
 	}
 	before := make([]int64, n)
 	for i, rc := range counters {
 		before[i] = rc.Requests()
 	}
-	if err := sleep(ctx, window); err != nil {
+	if err := ctxtime.Sleep(ctx, window); err != nil {
 		return LoadResult{}, err
 	}
 	rates := make([]float64, n)

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/baton-dev/baton/internal/bench/compare/oldalgo"
+	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/lock"
 )
 
@@ -306,17 +307,6 @@ func acquireAsync(ctx context.Context, c Contender) <-chan acquired {
 	return got
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // APIProber is implemented by contenders reached through an API (a sidecar): ProbeAPI makes one
 // cheap request (a status read), so that the uncontended table can show what the transport adds.
 type APIProber interface {
@@ -364,7 +354,7 @@ func Handoff(ctx context.Context, sys System, run string, pairs, rounds int, set
 			cur := 0
 			for range rounds {
 				got := acquireAsync(ctx, cs[1-cur])
-				if err := sleep(ctx, settle+rand.N(settle+1)); err != nil {
+				if err := ctxtime.Sleep(ctx, settle+rand.N(settle+1)); err != nil {
 					return err
 				}
 				start := time.Now()
@@ -604,7 +594,7 @@ func Throughput(ctx context.Context, sys System, lockID string, n int, lease, wa
 				if err != nil {
 					if runCtx.Err() == nil {
 						errs.Add(1)
-						_ = sleep(runCtx, 50*time.Millisecond)
+						_ = ctxtime.Sleep(runCtx, 50*time.Millisecond)
 					}
 					continue
 				}
@@ -627,7 +617,7 @@ func Throughput(ctx context.Context, sys System, lockID string, n int, lease, wa
 			}
 		})
 	}
-	if err := sleep(ctx, time.Until(to)); err != nil {
+	if err := ctxtime.Sleep(ctx, time.Until(to)); err != nil {
 		cancel()
 		wg.Wait()
 		return cell, err

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -348,6 +347,3 @@ func (r *run) result(end time.Time) Result {
 		Faults: len(r.faults), Accepted: res.Accepted, Rejected: res.Rejected, Crashes: slices.Clone(r.crashes),
 	}
 }
-
-// ErrAnomalies is returned by callers that treat anomalies as failure.
-var ErrAnomalies = errors.New("chaos: anomalies found")

@@ -514,3 +514,73 @@ func TestLeaseEndedAt(t *testing.T) {
 		}
 	})
 }
+
+// failingDequeue is a store whose queue removals fail, as they may under load (a timeout).
+type failingDequeue struct{ lock.Store }
+
+func (failingDequeue) Dequeue(context.Context, string, lock.QueueEntry) error {
+	return errors.New("dequeue timed out")
+}
+
+// TestHoldersLeftoverEntryIsSkipped: a waiter is granted the lock, but removing its queue entry
+// fails, and then its process dies. The waiter behind that leftover entry finds it is the
+// holder's own (the holder is not waiting), removes it and takes over after observing the dead
+// holder's lease, instead of waiting behind the entry until its TTL runs out.
+func TestHoldersLeftoverEntryIsSkipped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		first, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "first", Incarnation: "1"}, lock.WithLease(3*time.Second))
+		held, err := first.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leftoverClient := mem.Client(2, fastFaults)
+		leftover, _ := lock.New(failingDequeue{leftoverClient}, lock.Owner{Identity: "leftover", Incarnation: "1"}, lock.WithLease(3*time.Second))
+		next, _ := lock.New(mem.Client(3, fastFaults), lock.Owner{Identity: "next", Incarnation: "1"}, lock.WithLease(3*time.Second))
+		granted := make(chan *lock.Lease, 1)
+		go func() {
+			l, err := leftover.Acquire(ctx, "x")
+			if err != nil {
+				t.Error(err)
+			}
+			granted <- l
+		}()
+		time.Sleep(time.Second)
+		got, done := make(chan time.Time, 1), make(chan struct{})
+		go func() {
+			defer close(done)
+			l, err := next.Acquire(ctx, "x")
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- time.Now()
+			_ = l.Release(context.Background())
+		}()
+		defer func() { cancel(); <-done }()
+		time.Sleep(time.Second)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		dying := <-granted
+		defer func() { _ = dying.Release(context.Background()) }() // returns once its goroutines gave up
+		time.Sleep(100 * time.Millisecond)
+		leftoverClient.Crash() // dies holding, its entry left in the queue (TTL 10 s)
+		died := time.Now()
+		select {
+		case at, ok := <-got:
+			if !ok {
+				t.Fatal("the waiter behind the leftover entry was not granted")
+			}
+			if waited := at.Sub(died); waited > 8*time.Second {
+				t.Errorf("the waiter behind the holder's leftover entry was granted %v after the holder died; want within 8 s (a lease and a watch)", waited)
+			} else {
+				t.Logf("granted %v after the holder died", waited)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the waiter behind the leftover entry was not granted within a minute")
+		}
+	})
+}

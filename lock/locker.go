@@ -567,6 +567,12 @@ func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, err
 		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
 	}
 	received := l.opts.clock.Now()
+	if r.ok && r.rec.Held() && r.rec.Owner == a.head.Owner {
+		// The head's entry is the holder's own, left behind by its grant (removing it failed): the
+		// holder is not waiting, so we are the head. Remove the entry and contend as the head,
+		// which observes the holder's record like any head.
+		return a.skipHead(ctx, &r, "the queue head is the holder's leftover entry")
+	}
 	if r.ok && r.rec.Held() {
 		// Held, by a live holder or not: the head judges that by its own observation, which may
 		// have started later than ours, so only a free record the head leaves untaken counts.
@@ -580,14 +586,20 @@ func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, err
 	if r.sent.Sub(a.grantableSince) < l.opts.deadHeadFree() {
 		return nil, nextInLine, nil
 	}
-	l.opts.log.V(1).Info("the queue head leaves the lock untaken; removing its entry and contending",
-		"lock", a.lockID, "head", a.head.Owner, "since", r.sent.Sub(a.grantableSince).String())
+	return a.skipHead(ctx, &r, "the queue head leaves the lock untaken")
+}
+
+// skipHead removes the head's entry, which is not a live waiter's, and contends as the head on the
+// record r read.
+func (a *acquisition) skipHead(ctx context.Context, r *loaded, why string) (*Lease, time.Duration, error) {
+	l := a.l
+	l.opts.log.V(1).Info(why+"; removing its entry and contending", "lock", a.lockID, "head", a.head.Owner)
 	dead := a.head
 	// The waiter after us is unknown (our queue view names the dead head as next): the release
 	// reads the queue afresh to tell the right one.
 	a.head, a.wasHead, a.ahead, a.next, a.othersSeen = QueueEntry{}, true, 0, QueueEntry{}, false
 	go l.dequeue(context.WithoutCancel(ctx), a.lockID, dead, QueueEntry{})
-	return a.contend(ctx, &r)
+	return a.contend(ctx, r)
 }
 
 // mustWait returns how long the owner record rec, whose read was received at received (seen

@@ -30,7 +30,7 @@ var (
 	// This test binary's own three nodes (RF 3, QUORUM/SERIAL), apart from every other package's.
 	trio = testenv.NewCassandra(func() localcassandra.Config {
 		c := localcassandra.Trio()
-		c.Name, c.NativePort, c.StoragePort = "chaos-trio", 9842, 7900
+		c.Name, c.NativePort, c.StoragePort = "chaos-trio", 10442, 8450
 		return c
 	}())
 	binary, binDir string

@@ -378,18 +378,7 @@ func TestRestartedWaiterSkipsItsDeadEntry(t *testing.T) {
 					mu.Unlock()
 				}
 			}))
-		got, done := make(chan time.Time, 1), make(chan struct{})
-		go func() {
-			defer close(done)
-			l, err := restarted.Acquire(ctx, "x")
-			if err != nil {
-				t.Error(err)
-				close(got)
-				return
-			}
-			got <- time.Now()
-			_ = l.Release(ctx)
-		}()
+		got, done := grantTime(ctx, t, restarted, "x")
 		defer func() { <-done }()
 		time.Sleep(2 * time.Second)
 		mu.Lock()
@@ -437,17 +426,8 @@ func TestDeadHeadIsSkipped(t *testing.T) {
 			}
 		})
 		time.Sleep(time.Second)
-		got := make(chan time.Time, 1)
-		wg.Go(func() {
-			l, err := next.Acquire(ctx, "x")
-			if err != nil {
-				t.Error(err)
-				close(got)
-				return
-			}
-			got <- time.Now()
-			_ = l.Release(context.Background())
-		})
+		got, done := grantTime(ctx, t, next, "x")
+		defer func() { cancel(); <-done }()
 		time.Sleep(time.Second)
 		headClient.Crash()
 		time.Sleep(3 * time.Second)
@@ -548,17 +528,7 @@ func TestHoldersLeftoverEntryIsSkipped(t *testing.T) {
 			granted <- l
 		}()
 		time.Sleep(time.Second)
-		got, done := make(chan time.Time, 1), make(chan struct{})
-		go func() {
-			defer close(done)
-			l, err := next.Acquire(ctx, "x")
-			if err != nil {
-				close(got)
-				return
-			}
-			got <- time.Now()
-			_ = l.Release(context.Background())
-		}()
+		got, done := grantTime(ctx, t, next, "x")
 		defer func() { cancel(); <-done }()
 		time.Sleep(time.Second)
 		if err := held.Release(ctx); err != nil {
@@ -583,4 +553,25 @@ func TestHoldersLeftoverEntryIsSkipped(t *testing.T) {
 			t.Fatal("the waiter behind the leftover entry was not granted within a minute")
 		}
 	})
+}
+
+// grantTime acquires lockID with l in the background. got yields when it was granted, or closes
+// without a value when the acquisition failed (an error unless ctx ended); done closes once the
+// lease was released again.
+func grantTime(ctx context.Context, t *testing.T, l *lock.Locker, lockID string) (got <-chan time.Time, done <-chan struct{}) {
+	granted, released := make(chan time.Time, 1), make(chan struct{})
+	go func() {
+		defer close(released)
+		lease, err := l.Acquire(ctx, lockID)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Error(err)
+			}
+			close(granted)
+			return
+		}
+		granted <- time.Now()
+		_ = lease.Release(context.Background())
+	}()
+	return granted, released
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
@@ -123,7 +124,7 @@ func (h *Holder) hold(ctx context.Context, id string) {
 				return
 			}
 			h.update(id, func(s *lockState) { s.status.State, s.status.Reason = sidecarclient.StateWaiting, err.Error() })
-			sleep(ctx, backoff)
+			_ = ctxtime.Sleep(ctx, backoff)
 			continue
 		}
 		h.acquired(id, lease)
@@ -471,13 +472,4 @@ func (h *Holder) Shutdown(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	return errors.Join(errs...)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

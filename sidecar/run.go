@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
@@ -194,13 +195,9 @@ func retry[T any](ctx context.Context, log logr.Logger, msg string, f func() (T,
 			return v, err
 		}
 		log.Info(msg, "attempt", attempt, "err", err.Error())
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if cerr := ctxtime.Sleep(ctx, backoff); cerr != nil {
 			var zero T
-			return zero, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
+			return zero, fmt.Errorf("%w (last error: %w)", cerr, err)
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}

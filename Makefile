@@ -144,10 +144,14 @@ soak: ## 1,000 simulated histories per fault class
 	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
 
 .PHONY: chaos
-chaos: install-deps ## chaos on a three-node Cassandra: sidecar processes, fenced writes, a nemesis per fault class (CHAOSFLAGS; default 3 runs of 30 s per class); make test runs one short run of each fault class
+chaos: install-deps ## chaos on a three-node Cassandra (as root): sidecar processes, fenced writes, every fault class under both workloads (CHAOSFLAGS; default 3 runs of 20 s each, about 40 min); make test runs one short mixed run per workload
+	@mkdir -p $(OUT)
 	$(GO) test -race -count=1 -timeout 3h -v ./internal/chaos/ -run '^TestChaos$$' \
-	  -chaos.classes=none,kill,pause -chaos.runs=3 -chaos.duration=30s $(CHAOSFLAGS) 2>&1 \
-	  | grep -E --line-buffered '^(\s*--- |ok|FAIL|panic:|\s+\S+_test\.go:[0-9]+: )'
+	  -chaos.classes=$(CHAOS_CLASSES) -chaos.workloads=hold,cycle -chaos.runs=3 -chaos.duration=20s $(CHAOSFLAGS) 2>&1 | tee $(OUT)/chaos.log \
+	  | grep -E --line-buffered '^(\s*--- |ok|FAIL|panic:|\s+\S+_test\.go:[0-9]+: |\s+\|)'
+	@! grep -qE '^(FAIL|panic:|\s*--- FAIL)' $(OUT)/chaos.log
+
+CHAOS_CLASSES = none,kill,pause,clock,partition,revoke,storm,malformed,node-kill,node-pause,quorum-loss,mixed
 
 .PHONY: bench
 bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton in process, baton sidecar processes with UDP hints, client-go; the comparison alone about 10 min)

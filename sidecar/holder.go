@@ -39,6 +39,13 @@ type Holder struct {
 	cancel   context.CancelFunc
 	changes  chan struct{}
 	wg       sync.WaitGroup
+
+	// Blocking-mode hold loops and Try-mode acquisitions in flight: Shutdown cancels them (cancel,
+	// stopAcquiring) and waits for them before it releases, so that a grant won while it began is
+	// released too.
+	acquiring     sync.WaitGroup
+	stopAcquiring context.Context
+	stopAll       context.CancelFunc
 }
 
 type lockState struct {
@@ -75,6 +82,7 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		subs:    make(map[chan sidecarclient.Event]struct{}),
 		changes: make(chan struct{}, 1),
 	}
+	h.stopAcquiring, h.stopAll = context.WithCancel(context.Background())
 	// Zero-wait restart is safe here: the identity holds the pod UID and the kubelet never runs two
 	// incarnations of the sidecar container at once, so an earlier incarnation's grant is dead.
 	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithObserver(h.observe),
@@ -103,7 +111,7 @@ func (h *Holder) Start(ctx context.Context) {
 		return
 	}
 	for _, id := range h.opts.LockIDs {
-		h.wg.Go(func() { h.hold(ctx, id) })
+		h.acquiring.Go(func() { h.hold(ctx, id) })
 	}
 }
 
@@ -311,6 +319,18 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	if st, _ := h.Lock(id); st.State == sidecarclient.StateHeld {
 		return st, nil
 	}
+	h.mu.Lock()
+	if h.stopping {
+		h.mu.Unlock()
+		return sidecarclient.LockStatus{}, fmt.Errorf("%w: not acquiring %s", sidecarclient.ErrShuttingDown, id)
+	}
+	h.acquiring.Add(1)
+	h.mu.Unlock()
+	defer h.acquiring.Done()
+	reqCtx := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.stopAcquiring, cancel)()
 	var (
 		lease *lock.Lease
 		err   error
@@ -326,6 +346,8 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 		}
 	}
 	switch {
+	case err != nil && h.stopAcquiring.Err() != nil && reqCtx.Err() == nil:
+		return sidecarclient.LockStatus{}, fmt.Errorf("%w: stopped waiting for %s", sidecarclient.ErrShuttingDown, id)
 	case errors.Is(err, lock.ErrAlreadyHeld):
 		st, _ := h.Lock(id)
 		return st, nil
@@ -435,12 +457,26 @@ func (h *Holder) Started() bool {
 	return h.started
 }
 
-// Shutdown stops acquiring, releases every held lock (bounded by ctx), reports the releases and
-// ends every event stream.
+// Shutdown stops acquiring (Try-mode acquisitions in flight end with ErrShuttingDown), releases
+// every held lock (bounded by ctx), also one granted while it began, reports the releases and ends
+// every event stream.
 func (h *Holder) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	h.stopping = true
 	cancel := h.cancel
+	h.mu.Unlock()
+	h.stopAll()
+	if cancel != nil {
+		cancel()
+	}
+	// A grant won meanwhile is in h.locks once its acquisition returned, and is released below.
+	acquiring := make(chan struct{})
+	go func() { h.acquiring.Wait(); close(acquiring) }()
+	select {
+	case <-acquiring:
+	case <-ctx.Done():
+	}
+	h.mu.Lock()
 	held := make(map[string]*lock.Lease)
 	for id, s := range h.locks {
 		if s.lease != nil {
@@ -448,9 +484,6 @@ func (h *Holder) Shutdown(ctx context.Context) error {
 		}
 	}
 	h.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
 	var errs []error
 	var mu sync.Mutex
 	var wg sync.WaitGroup

@@ -209,6 +209,56 @@ func TestHolderTryMode(t *testing.T) {
 	})
 }
 
+// TestHolderShutdownStopsWaitingAcquire: a Try-mode acquisition still waiting when the sidecar
+// shuts down ends at once with ErrShuttingDown, and the lock is not granted to the stopping pod
+// later (issue 12: in a release storm, a sidecar that got SIGTERM during an acquire with a wait
+// kept waiting until its shutdown timeout, won the lock, and exited holding it for a lease).
+func TestHolderShutdownStopsWaitingAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", batonv1.ModeTry, "orders"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", batonv1.ModeTry, "orders"))
+		a.Start(ctx)
+		b.Start(ctx)
+		if _, err := a.Acquire(ctx, "orders", 0); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.Acquire(ctx, "orders", time.Minute)
+			done <- err
+		}()
+		time.Sleep(time.Second) // b is queued
+		shutdown := time.Now()
+		if err := b.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, sidecarclient.ErrShuttingDown) {
+				t.Fatalf("the waiting acquire ended with %v, want ErrShuttingDown", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiting acquire went on after Shutdown returned")
+		}
+		if d := time.Since(shutdown); d > 3*time.Second {
+			t.Errorf("shutdown took %v with an acquire waiting", d)
+		}
+		if _, err := b.Acquire(ctx, "orders", time.Minute); !errors.Is(err, sidecarclient.ErrShuttingDown) {
+			t.Errorf("acquire after Shutdown: %v, want ErrShuttingDown", err)
+		}
+		if _, err := a.Release(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		if st, err := lock.Inspect(ctx, mem.Client(3, memstore.Faults{}), b.opts.StoreLockID("orders")); err != nil || st.Record.Held() {
+			t.Errorf("after the release, lock record %+v (%v): nobody should hold it", st.Record, err)
+		}
+		_ = a.Shutdown(ctx)
+	})
+}
+
 // TestHolderNeverReportsHeldPastDeadline: the API downgrades a lock at its self-fence deadline,
 // even before the lease's own loss notice has run.
 func TestHolderNeverReportsHeldPastDeadline(t *testing.T) {

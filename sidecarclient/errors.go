@@ -40,6 +40,7 @@ const (
 	CodeNotTryMode       = "not_try_mode"
 	CodeNotHeld          = "not_held"
 	CodeLocked           = "locked"
+	CodeShuttingDown     = "shutting_down"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 )
@@ -55,6 +56,8 @@ func sentinelFor(code string) error {
 		return ErrNotHeld
 	case CodeLocked:
 		return ErrLocked
+	case CodeShuttingDown:
+		return ErrShuttingDown
 	}
 	return nil
 }

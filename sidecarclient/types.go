@@ -65,6 +65,8 @@ var (
 	ErrNotTryMode  = errors.New("baton: lock is not in Try mode") // 409
 	ErrNotHeld     = errors.New("baton: lock is not held")        // 409
 	ErrLocked      = errors.New("baton: lock is held elsewhere")  // 409 (acquire gave up)
+	// ErrShuttingDown: the sidecar got SIGTERM; it acquires nothing more and releases what it holds.
+	ErrShuttingDown = errors.New("baton: sidecar is shutting down") // 503
 )
 
 // SocketPath is where the sidecar serves the API by default, in the volume it shares with the app;

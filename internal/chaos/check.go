@@ -18,17 +18,44 @@ type Hold struct {
 	// End is when the hold stopped being valid: the lost or released report, or when the nemesis
 	// killed the process. Zero while the process still reports it held when the run ends.
 	End time.Time
+	// EndedBy says what dated End: "lost" or "released" (the sidecar's report), EndKilled,
+	// EndExited or EndApp.
+	EndedBy string
 }
 
-// Window is a time span, e.g. a fault from its injection to its healing.
+// How a hold ended, besides the sidecar's own "lost" and "released" reports.
+const (
+	EndKilled = "killed" // the nemesis killed the process: it can act no more
+	EndExited = "exited" // the process exited still holding by its reports: it can act no more
+	EndApp    = "app"    // the app stopped using the lock and released it, and no report came
+)
+
+// Wait is a span in which a process asked for the lock and was not granted it yet.
+type Wait struct {
+	Process    string
+	Start, End time.Time
+}
+
+// Window is a fault from its injection to its healing.
 type Window struct {
 	Name       string
 	Start, End time.Time
+	// Token is the grant the fault hit (0: none), to time the failover from it.
+	Token int64
+	// NoGrants: nothing may be granted while the fault lasts (no quorum). KeepHolds: no hold may
+	// be lost while it lasts (quorum stays).
+	NoGrants, KeepHolds bool
 }
+
+// GrantSlack is how long after a loss of quorum a grant may still be reported: the answer to a
+// request that completed before it may arrive after.
+const GrantSlack = 500 * time.Millisecond
 
 // History is what a run produced.
 type History struct {
 	Holds []Hold
+	// Waits are the spans in which processes waited for a grant (the cycle workload's acquires).
+	Waits []Wait
 	// Writes are the fenced resource's records per lock, in the order the resource judged them.
 	Writes map[string][]fencedstore.Record
 	// Faults are the nemesis's faults, healed by their End.
@@ -39,7 +66,12 @@ type History struct {
 
 // Anomaly is one broken promise found in a history.
 type Anomaly struct {
-	Kind   string // "overlap", "token-order", "token-reuse", "stale-write", "shared-token", "liveness"
+	// Kind is one of Check's "overlap", "token-order", "token-reuse", "stale-write",
+	// "shared-token", "liveness", "grant-without-quorum", "lost-with-quorum", or a run's own
+	// "api" (an answer to a malformed request that is not a JSON error), "revocation" (a revoked
+	// holder that did not learn it), "exit-holding" (a sidecar that exited after SIGTERM without
+	// reporting its lock released), "growth" (goroutines or memory of a sidecar).
+	Kind   string
 	Detail string
 }
 
@@ -67,6 +99,25 @@ func Check(h History, opts CheckOptions) []Anomaly {
 	}
 	if opts.Regrant > 0 {
 		out = append(out, checkRegrant(h, byLock, opts.Regrant)...)
+	}
+	return append(out, checkFaultWindows(h)...)
+}
+
+// checkFaultWindows checks that no grant began while quorum was lost, and that no hold was lost
+// while a fault left quorum in place.
+func checkFaultWindows(h History) []Anomaly {
+	var out []Anomaly
+	for _, f := range h.Faults {
+		for _, hd := range h.Holds {
+			if f.NoGrants && hd.Start.After(f.Start.Add(GrantSlack)) && hd.Start.Before(f.End) {
+				out = append(out, Anomaly{"grant-without-quorum", fmt.Sprintf("lock %s: %s got token %d at %s, during %s (%s to %s)",
+					hd.Lock, hd.Process, hd.Token, stamp(hd.Start), f.Name, stamp(f.Start), stamp(f.End))})
+			}
+			if f.KeepHolds && hd.EndedBy == "lost" && !hd.End.Before(f.Start) && !hd.End.After(f.End) {
+				out = append(out, Anomaly{"lost-with-quorum", fmt.Sprintf("lock %s: %s lost token %d at %s, during %s (%s to %s)",
+					hd.Lock, hd.Process, hd.Token, stamp(hd.End), f.Name, stamp(f.Start), stamp(f.End))})
+			}
+		}
 	}
 	return out
 }

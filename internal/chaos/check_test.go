@@ -78,3 +78,73 @@ func TestCheck(t *testing.T) {
 		t.Errorf("no regrant bound: %v", got)
 	}
 }
+
+// TestCheckFaultWindows: a grant that begins while quorum is lost (past the slack for answers in
+// flight) is an anomaly, and so is a hold lost while a fault left quorum in place; a grant
+// within the slack, a hold released in such a fault, and a loss outside it are not.
+func TestCheckFaultWindows(t *testing.T) {
+	h := History{
+		Holds: []Hold{
+			{Process: "a", Lock: "orders", Token: 1, Start: at(0), End: at(1200), EndedBy: "lost"},        // self-fenced without quorum
+			{Process: "b", Lock: "orders", Token: 2, Start: at(1300), End: at(5000), EndedBy: "released"}, // within the slack
+			{Process: "c", Lock: "orders", Token: 3, Start: at(5100), End: at(9000), EndedBy: "lost"},     // after the node fault
+		},
+		Faults: []Window{
+			{Name: "quorum-loss", Start: at(1000), End: at(3000), NoGrants: true},
+			{Name: "node-pause", Start: at(4000), End: at(8000), KeepHolds: true},
+		},
+		End: at(10000),
+	}
+	if got := checkFaultWindows(h); len(got) != 0 {
+		t.Fatalf("a clean history: %v", got)
+	}
+	h.Holds[1].Start = at(1000).Add(GrantSlack + time.Millisecond)
+	h.Holds[2].End = at(7999)
+	var kinds []string
+	for _, a := range checkFaultWindows(h) {
+		kinds = append(kinds, a.Kind)
+	}
+	if want := []string{"grant-without-quorum", "lost-with-quorum"}; !slices.Equal(kinds, want) {
+		t.Errorf("found %v, want %v", kinds, want)
+	}
+}
+
+// TestMeasure: a hand-off counts from a release that another process waited for to the next
+// grant; a failover from a fault that took the grant (a kill, or a release while the fault
+// lasted) to the next grant; a release nobody waited for and a fault that leaves quorum in place
+// count for neither.
+func TestMeasure(t *testing.T) {
+	h := History{
+		Holds: []Hold{
+			{Process: "a", Lock: "l", Token: 1, Start: at(0), End: at(1000), EndedBy: "released"},
+			{Process: "b", Lock: "l", Token: 2, Start: at(1010), End: at(2000), EndedBy: EndKilled},
+			{Process: "c", Lock: "l", Token: 3, Start: at(5000), End: at(6000), EndedBy: "released"}, // nobody waiting
+			{Process: "a", Lock: "l", Token: 4, Start: at(9000), End: at(9500), EndedBy: "released"}, // kept through a node fault
+			{Process: "b", Lock: "l", Token: 5, Start: at(9600)},
+		},
+		Waits: []Wait{
+			{Process: "b", Start: at(500), End: at(1010)},
+			{Process: "c", Start: at(1500), End: at(5000)},
+			{Process: "b", Start: at(9100), End: at(9600)},
+		},
+		Faults: []Window{
+			{Name: "kill b", Start: at(2000), End: at(3000), Token: 2},
+			{Name: "pause c", Start: at(5500), End: at(8000), Token: 3}, // c let go while paused
+			{Name: "node-pause", Start: at(9100), End: at(9300), Token: 4, KeepHolds: true},
+		},
+		End: at(10000),
+	}
+	got := Measure(h)
+	if want := []time.Duration{10 * time.Millisecond, 100 * time.Millisecond}; !slices.Equal(got.Handoffs, want) {
+		t.Errorf("hand-offs %v, want %v", got.Handoffs, want)
+	}
+	if want := []time.Duration{3 * time.Second, 3500 * time.Millisecond}; !slices.Equal(got.Failovers, want) {
+		t.Errorf("failovers %v, want %v", got.Failovers, want)
+	}
+	if q := Quantile([]time.Duration{4, 1, 3, 2}, 0.5); q != 2 {
+		t.Errorf("median of 1..4: %v, want 2 (nearest rank)", q)
+	}
+	if q := Quantile(nil, 0.99); q != 0 {
+		t.Errorf("quantile of nothing: %v", q)
+	}
+}

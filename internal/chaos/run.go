@@ -1,14 +1,14 @@
+//go:build linux
+
 package chaos
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,18 +17,28 @@ import (
 
 	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/internal/fencedstore"
-	"github.com/baton-dev/baton/sidecarclient"
 )
 
-// Fault classes the nemesis injects, one at a time.
+// Workloads: what the apps do with the lock.
 const (
-	ClassNone  = "none"  // no faults: the workload alone
-	ClassKill  = "kill"  // SIGKILL of the holder, restarted with the same pod identity (zero-wait)
-	ClassPause = "pause" // SIGSTOP of the holder for longer than the lease, then SIGCONT
+	// WorkloadHold: Blocking-mode sidecars; the holder keeps the lock until a fault takes it.
+	WorkloadHold = "hold"
+	// WorkloadCycle: Try-mode sidecars; each app acquires (waiting up to three leases), holds for
+	// a random time up to a lease, releases and rests, over and over.
+	WorkloadCycle = "cycle"
 )
 
-// Classes lists the fault classes.
-var Classes = []string{ClassNone, ClassKill, ClassPause}
+// Workloads lists the workloads.
+var Workloads = []string{WorkloadHold, WorkloadCycle}
+
+// Nodes is the three-node Cassandra cluster the sidecars use, for the node fault classes
+// (localcassandra.Cluster is one).
+type Nodes interface {
+	Hosts() []string
+	NodePID(i int) int
+	KillNode(ctx context.Context, i int) error
+	StartNode(ctx context.Context, i int) error
+}
 
 // Config is one run.
 type Config struct {
@@ -37,12 +47,25 @@ type Config struct {
 	Keyspace  string   // with baton's schema
 	Dir       string   // for the sockets; short: a unix socket path has at most 107 bytes
 	Lock      string
-	Processes int
+	Processes int // 2 to 254: process i has its own loopback address for hand-off hints
 	Lease     time.Duration
+	Workload  string // WorkloadHold when empty
 	Class     string
 	Seed      uint64        // replays the nemesis's schedule
 	Duration  time.Duration // of the nemesis; then the run waits for Regrant and stops
 	Log       logr.Logger
+	// Output, when set, gets each sidecar's log.
+	Output func(process string) io.Writer
+
+	// Nodes are the Cassandra nodes, for ClassNodeKill, ClassNodePause and ClassQuorumLoss.
+	Nodes Nodes
+	// Revoke revokes a grant the way an operator does (lock.Revoke on the run's store), for
+	// ClassRevoke. It gets the lock's ID in the store: "chaos/" + Lock.
+	Revoke func(ctx context.Context, lockID string, token int64) error
+	// UID, when set, runs sidecar i as user UID+i, so that ClassPartition can drop one sidecar's
+	// packets to Cassandra by its owner (iptables, as root). CassandraPort is the nodes' native port.
+	UID           int
+	CassandraPort int
 }
 
 // Regrant is the bound within which a lock must be granted again after the last fault healed:
@@ -56,14 +79,20 @@ type Result struct {
 	Faults    int
 	Rejected  int64 // stale writes the fenced resource refused
 	Accepted  int64
-	Crashes   []string // processes that exited on their own
+	Crashes   []string // processes that exited on their own, or not cleanly when told to
+	Timings   Timings
+	// Peak goroutines and resident memory of any sidecar, from their own metrics.
+	PeakGoroutines int
+	PeakRSS        int64 // bytes
 }
 
 // Run runs the workload with the nemesis of cfg.Class and checks the history.
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	if cfg.Processes < 2 || cfg.Lease <= 0 || cfg.Duration <= 0 || !slices.Contains(Classes, cfg.Class) {
-		return Result{}, fmt.Errorf("chaos: bad config: %d processes, lease %v, duration %v, class %q (want one of %v)",
-			cfg.Processes, cfg.Lease, cfg.Duration, cfg.Class, Classes)
+	if cfg.Workload == "" {
+		cfg.Workload = WorkloadHold
+	}
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
 	}
 	store, err := fencedstore.New(fencedstore.WithLogger(cfg.Log.WithName("fenced")))
 	if err != nil {
@@ -72,10 +101,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r := &run{cfg: cfg, store: store, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer r.heal()
 	for i := range cfg.Processes {
-		p := &proc{run: r, name: fmt.Sprintf("p%d", i), socket: filepath.Join(cfg.Dir, fmt.Sprintf("p%d.sock", i))}
+		p := &proc{run: r, index: i, name: fmt.Sprintf("p%d", i), socket: filepath.Join(cfg.Dir, fmt.Sprintf("p%d.sock", i))}
+		if cfg.UID > 0 {
+			p.uid = cfg.UID + i
+		}
+		if p.metrics, err = freePort(); err != nil {
+			return Result{}, err
+		}
 		r.procs = append(r.procs, p)
-		if err := p.start(); err != nil {
+		if err := p.start(0); err != nil {
 			r.stopAll()
 			return Result{}, err
 		}
@@ -94,8 +130,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r.wg.Wait()
 
 	res := r.result(end)
-	res.Anomalies = Check(res.History, CheckOptions{Regrant: cfg.Regrant()})
+	res.Anomalies = append(Check(res.History, CheckOptions{Regrant: cfg.Regrant()}), r.anomalies...)
+	res.Anomalies = append(res.Anomalies, r.growth(&res)...)
 	return res, nil
+}
+
+func (cfg Config) validate() error {
+	if cfg.Processes < 2 || cfg.Processes > 254 || cfg.Lease <= 0 || cfg.Duration <= 0 || !slices.Contains(Workloads, cfg.Workload) || !slices.Contains(Classes, cfg.Class) {
+		return fmt.Errorf("chaos: bad config: %d processes, lease %v, duration %v, workload %q (want one of %v), class %q (want one of %v)",
+			cfg.Processes, cfg.Lease, cfg.Duration, cfg.Workload, Workloads, cfg.Class, Classes)
+	}
+	if cfg.Class == ClassMixed {
+		return nil // mixed draws from the classes this config can run
+	}
+	return cfg.canRun(cfg.Class)
 }
 
 type run struct {
@@ -105,164 +153,94 @@ type run struct {
 	procs []*proc
 	wg    sync.WaitGroup
 
-	mu      sync.Mutex
-	holds   []Hold
-	faults  []Window
-	crashes []string
+	healMu sync.Mutex
+	heals  []func() // undo what a fault left in place if the run stops early
+
+	mu        sync.Mutex
+	holds     []Hold
+	waits     []Wait
+	faults    []Window
+	crashes   []string
+	anomalies []Anomaly
+	usage     map[string][][]usage // per process, per incarnation
 }
 
-// proc is one sidecar process and its app.
-type proc struct {
-	run    *run
-	name   string
-	socket string
-
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	killed  bool // by the nemesis: its exit is expected
-	open    int  // index in run.holds of its open hold, -1 when none
-	token   int64
-	holding bool
-	seen    map[int64]bool // tokens this process reported, so each grant is recorded once
+func (r *run) addHold(h Hold) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.holds = append(r.holds, h)
+	return len(r.holds) - 1
 }
 
-func (p *proc) start() error {
-	cfg := p.run.cfg
-	cmd := exec.Command(cfg.Binary)
-	cmd.Env = append(os.Environ(),
-		"BATON_LOCK_IDS="+cfg.Lock, "BATON_MODE=Blocking", "BATON_TRAFFIC_POLICY=None",
-		"BATON_LEASE="+cfg.Lease.String(), "BATON_SHUTDOWN_TIMEOUT=5s",
-		"BATON_CASSANDRA_HOSTS="+strings.Join(cfg.Hosts, ","), "BATON_CASSANDRA_KEYSPACE="+cfg.Keyspace,
-		"POD_NAMESPACE=chaos", "POD_NAME="+p.name, "POD_UID=uid-"+p.name,
-		"BATON_SOCKET="+p.socket, "BATON_METRICS_ADDR=127.0.0.1:0")
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("chaos: starting sidecar %s: %w", p.name, err)
-	}
-	exited := make(chan struct{})
-	p.mu.Lock()
-	p.cmd, p.exited, p.killed, p.open = cmd, exited, false, -1
-	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		p.mu.Lock()
-		expected := p.killed
-		p.mu.Unlock()
-		if !expected {
-			p.run.mu.Lock()
-			p.run.crashes = append(p.run.crashes, fmt.Sprintf("%s: %v", p.name, err))
-			p.run.mu.Unlock()
-		}
-		close(exited)
-	}()
-	return nil
-}
-
-// signal sends sig to the sidecar; a SIGKILL also ends its hold at once (it can act no more).
-func (p *proc) signal(sig syscall.Signal) {
-	p.mu.Lock()
-	cmd := p.cmd
-	if sig == syscall.SIGKILL {
-		p.killed = true
-		p.holding = false
-	}
-	p.mu.Unlock()
-	_ = cmd.Process.Signal(sig)
-	if sig == syscall.SIGKILL {
-		p.endHold(time.Now())
+// endHold records how and when hold idx ended. A sidecar's own report (lost, released) dates it,
+// and so does a kill; the app's own stop (EndApp) counts only when no report came.
+func (r *run) endHold(idx int, at time.Time, how string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := &r.holds[idx]
+	switch {
+	case h.End.IsZero():
+		h.End, h.EndedBy = at, how
+	case how == EndApp:
+	case h.EndedBy == EndApp || at.Before(h.End):
+		h.End, h.EndedBy = at, how
 	}
 }
 
-// app follows the sidecar's events (subscribing again after a restart) and, while it believes it
-// holds the lock, writes to the fenced resource with its token.
-func (p *proc) app(ctx context.Context) {
-	client := sidecarclient.New(p.socket)
-	go p.writer(ctx, client)
-	for ctx.Err() == nil {
-		events, errs := client.Events(ctx)
-		for e := range events {
-			p.event(e)
-		}
-		<-errs
-		_ = ctxtime.Sleep(ctx, 50*time.Millisecond)
-	}
+func (r *run) addWait(w Wait) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.waits = append(r.waits, w)
 }
 
-// reconcile learns a grant whose acquired event came before the app subscribed (the sidecar holds
-// from its start): the lock's status says since when it is held.
-func (p *proc) reconcile(ctx context.Context, client *sidecarclient.Client) {
-	st, err := client.Lock(ctx, p.run.cfg.Lock)
-	if err != nil || st.State != sidecarclient.StateHeld || st.HeldSince.IsZero() {
+func (r *run) addFault(w Window) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults = append(r.faults, w)
+}
+
+func (r *run) crash(what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.crashes = append(r.crashes, what)
+}
+
+func (r *run) anomaly(a Anomaly) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.anomalies = append(r.anomalies, a)
+}
+
+func (r *run) addUsage(process string, u []usage) {
+	if len(u) == 0 {
 		return
 	}
-	p.event(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: st.LockID, Token: st.Token, Time: st.HeldSince})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.usage == nil {
+		r.usage = map[string][][]usage{}
+	}
+	r.usage[process] = append(r.usage[process], u)
 }
 
-func (p *proc) event(e sidecarclient.Event) {
-	if e.LockID != p.run.cfg.Lock {
-		return
-	}
-	switch e.Type {
-	case sidecarclient.EventAcquired:
-		p.mu.Lock()
-		if p.seen[e.Token] {
-			p.mu.Unlock()
-			return // learnt already (a reconcile, or the event after it), or a status read before the loss
-		}
-		if p.seen == nil {
-			p.seen = map[int64]bool{}
-		}
-		p.seen[e.Token] = true
-		p.token, p.holding = e.Token, true
-		p.mu.Unlock()
-		p.run.mu.Lock()
-		p.run.holds = append(p.run.holds, Hold{Process: p.name, Lock: e.LockID, Token: e.Token, Start: e.Time})
-		idx := len(p.run.holds) - 1
-		p.run.mu.Unlock()
-		p.mu.Lock()
-		p.open = idx
-		p.mu.Unlock()
-	case sidecarclient.EventLost, sidecarclient.EventReleased:
-		p.mu.Lock()
-		p.holding = false
-		p.mu.Unlock()
-		p.endHold(e.Time)
-	}
+// onHeal registers undo for a fault in place; the returned func runs it (once) and forgets it.
+func (r *run) onHeal(undo func()) func() {
+	var once sync.Once
+	do := func() { once.Do(undo) }
+	r.healMu.Lock()
+	r.heals = append(r.heals, do)
+	r.healMu.Unlock()
+	return do
 }
 
-func (p *proc) endHold(at time.Time) {
-	p.mu.Lock()
-	idx := p.open
-	p.open = -1
-	p.mu.Unlock()
-	if idx < 0 {
-		return
-	}
-	p.run.mu.Lock()
-	if h := &p.run.holds[idx]; h.End.IsZero() || at.Before(h.End) {
-		h.End = at
-	}
-	p.run.mu.Unlock()
-}
-
-func (p *proc) writer(ctx context.Context, client *sidecarclient.Client) {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if n%25 == 0 {
-			p.reconcile(ctx, client)
-		}
-		p.mu.Lock()
-		token, holding := p.token, p.holding
-		p.mu.Unlock()
-		if holding {
-			p.run.store.Apply(p.run.cfg.Lock, fencedstore.Write{Token: token, Writer: p.name})
-		}
+// heal undoes every fault still in place.
+func (r *run) heal() {
+	r.healMu.Lock()
+	heals := r.heals
+	r.heals = nil
+	r.healMu.Unlock()
+	for _, h := range heals {
+		h()
 	}
 }
 
@@ -270,11 +248,9 @@ func (p *proc) writer(ctx context.Context, client *sidecarclient.Client) {
 func (r *run) holder() *proc {
 	var holding []*proc
 	for _, p := range r.procs {
-		p.mu.Lock()
-		if p.holding {
+		if _, ok := p.current(); ok {
 			holding = append(holding, p)
 		}
-		p.mu.Unlock()
 	}
 	if len(holding) == 0 {
 		return nil
@@ -282,51 +258,12 @@ func (r *run) holder() *proc {
 	return holding[r.rng.IntN(len(holding))]
 }
 
-// nemesis injects cfg.Class faults for cfg.Duration, one at a time, each healed before the next.
-func (r *run) nemesis(ctx context.Context) error {
-	cfg := r.cfg
-	deadline := time.Now().Add(cfg.Duration)
-	for time.Now().Before(deadline) {
-		if err := ctxtime.Sleep(ctx, cfg.Lease+time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
-			return err
-		}
-		p := r.holder()
-		if p == nil || cfg.Class == ClassNone {
-			continue
-		}
-		start := time.Now()
-		switch cfg.Class {
-		case ClassKill:
-			p.signal(syscall.SIGKILL)
-			<-p.exited
-			if err := ctxtime.Sleep(ctx, time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
-				return err
-			}
-			if err := p.start(); err != nil {
-				return err
-			}
-		case ClassPause:
-			p.signal(syscall.SIGSTOP)
-			if err := ctxtime.Sleep(ctx, cfg.Lease+time.Duration(r.rng.Int64N(int64(cfg.Lease)))); err != nil {
-				p.signal(syscall.SIGCONT)
-				return err
-			}
-			p.signal(syscall.SIGCONT)
-		}
-		r.mu.Lock()
-		r.faults = append(r.faults, Window{Name: cfg.Class + " " + p.name, Start: start, End: time.Now()})
-		r.mu.Unlock()
-		cfg.Log.V(1).Info("fault healed", "class", cfg.Class, "process", p.name, "took", time.Since(start).String())
-	}
-	return nil
-}
-
 // stopAll ends every sidecar (SIGKILL after SIGCONT): the run is over.
 func (r *run) stopAll() {
 	for _, p := range r.procs {
 		p.mu.Lock()
 		cmd, exited := p.cmd, p.exited
-		p.killed = true
+		p.expected = true
 		p.mu.Unlock()
 		if cmd == nil {
 			continue
@@ -338,12 +275,51 @@ func (r *run) stopAll() {
 }
 
 func (r *run) result(end time.Time) Result {
+	for _, p := range r.procs {
+		p.mu.Lock()
+		r.addUsage(p.name, p.usage)
+		p.usage = nil
+		p.mu.Unlock()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res := r.store.Resource(r.cfg.Lock)
+	h := History{Holds: slices.Clone(r.holds), Waits: slices.Clone(r.waits),
+		Writes: map[string][]fencedstore.Record{r.cfg.Lock: res.Writes}, Faults: slices.Clone(r.faults), End: end}
 	return Result{
-		History: History{Holds: slices.Clone(r.holds), Writes: map[string][]fencedstore.Record{r.cfg.Lock: res.Writes},
-			Faults: slices.Clone(r.faults), End: end},
-		Faults: len(r.faults), Accepted: res.Accepted, Rejected: res.Rejected, Crashes: slices.Clone(r.crashes),
+		History: h, Faults: len(r.faults), Accepted: res.Accepted, Rejected: res.Rejected,
+		Crashes: slices.Clone(r.crashes), Timings: Measure(h),
 	}
+}
+
+// Growth bounds: a sidecar that ran for minGrowthLife may gain this many goroutines and this much
+// resident memory from its second sample (its first work done) to its last.
+const (
+	minGrowthLife   = 10 * time.Second
+	goroutineGrowth = 25
+	rssGrowth       = 64 << 20
+)
+
+// growth reports sidecars whose goroutines or memory grew past the bounds, and fills res's peaks.
+func (r *run) growth(res *Result) []Anomaly {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Anomaly
+	for _, name := range sortedKeys(r.usage) {
+		for _, inc := range r.usage[name] {
+			for _, u := range inc {
+				res.PeakGoroutines = max(res.PeakGoroutines, int(u.goroutines))
+				res.PeakRSS = max(res.PeakRSS, int64(u.rss))
+			}
+			if len(inc) < 3 || inc[len(inc)-1].at.Sub(inc[1].at) < minGrowthLife {
+				continue
+			}
+			first, last := inc[1], inc[len(inc)-1]
+			if last.goroutines-first.goroutines > goroutineGrowth || last.rss-first.rss > rssGrowth {
+				out = append(out, Anomaly{"growth", fmt.Sprintf("%s grew from %.0f goroutines and %.1f MiB at %s to %.0f and %.1f MiB at %s",
+					name, first.goroutines, first.rss/(1<<20), stamp(first.at), last.goroutines, last.rss/(1<<20), stamp(last.at))})
+			}
+		}
+	}
+	return out
 }

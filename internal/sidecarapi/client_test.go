@@ -119,6 +119,14 @@ func TestClient(t *testing.T) {
 			t.Errorf("Acquire error = %+v (lock %+v), want 409 with lock %+v", apiErr, apiErr.Lock, st)
 		}
 	})
+	t.Run("Acquire while shutting down", func(t *testing.T) {
+		f.acquire = acquireWants(t, "c", time.Second, sidecarclient.LockStatus{}, sidecarclient.ErrShuttingDown)
+		_, err := c.Acquire(ctx, "c", time.Second)
+		var apiErr *sidecarclient.Error
+		if !errors.Is(err, sidecarclient.ErrShuttingDown) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable {
+			t.Fatalf("Acquire error = %v, want a 503 *Error matching sidecarclient.ErrShuttingDown", err)
+		}
+	})
 	t.Run("Acquire bad wait", func(t *testing.T) {
 		_, err := c.Acquire(ctx, "c", -time.Second)
 		var apiErr *sidecarclient.Error

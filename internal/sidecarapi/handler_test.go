@@ -162,6 +162,11 @@ func TestHandlerRoutes(t *testing.T) {
 				f.acquire = acquireWants(t, "a", 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotTryMode)
 			},
 			status: 409, contain: []string{`"code":"not_try_mode"`, "not in Try mode"}},
+		{name: "acquire shutting down", method: "POST", target: "/v1/locks/a/acquire?wait=1m",
+			setup: func(t *testing.T, f *fakeService) {
+				f.acquire = acquireWants(t, "a", time.Minute, sidecarclient.LockStatus{}, fmt.Errorf("%w: stopped waiting for a", sidecarclient.ErrShuttingDown))
+			},
+			status: 503, contain: []string{`"code":"shutting_down"`, "shutting down (SIGTERM)", "stopped waiting"}},
 		{name: "acquire unknown lock", method: "POST", target: "/v1/locks/zz/acquire",
 			setup: func(t *testing.T, f *fakeService) {
 				withDeclared(f)

@@ -1,0 +1,316 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/baton-dev/baton/internal/ctxtime"
+	"github.com/baton-dev/baton/lock"
+)
+
+// Fault classes the nemesis injects, one at a time.
+const (
+	ClassNone       = "none"        // no faults: the workload alone
+	ClassKill       = "kill"        // SIGKILL of the holder, restarted with the same pod identity (zero-wait)
+	ClassPause      = "pause"       // SIGSTOP of the holder for longer than the lease, then SIGCONT
+	ClassClock      = "clock"       // SIGKILL of a process, restarted in its own time namespace, hours to weeks ahead
+	ClassPartition  = "partition"   // the holder's packets to Cassandra dropped for longer than the lease
+	ClassRevoke     = "revoke"      // the holder's grant revoked, as an operator does
+	ClassStorm      = "storm"       // SIGTERM of every process at once (graceful releases), then all restarted
+	ClassMalformed  = "malformed"   // malformed requests to every sidecar's API while the holder is killed
+	ClassNodeKill   = "node-kill"   // kill -9 of one Cassandra node, restarted after one to two leases
+	ClassNodePause  = "node-pause"  // SIGSTOP of one Cassandra node for one to three leases (quorum stays)
+	ClassQuorumLoss = "quorum-loss" // SIGSTOP of two of three Cassandra nodes for one to two leases
+	ClassMixed      = "mixed"       // each fault of the next class above that the config can run, in turn
+)
+
+// Classes lists the fault classes.
+var Classes = []string{ClassNone, ClassKill, ClassPause, ClassClock, ClassPartition, ClassRevoke, ClassStorm,
+	ClassMalformed, ClassNodeKill, ClassNodePause, ClassQuorumLoss, ClassMixed}
+
+// ErrUnavailable is returned by Run for a class the config or the machine cannot run (no Nodes, no
+// Revoke, not root, no iptables or unshare).
+var ErrUnavailable = errors.New("chaos: fault class unavailable")
+
+// canRun says whether cfg and this machine can inject class.
+func (cfg Config) canRun(class string) error {
+	need := func(what string) error { return fmt.Errorf("%w: %s needs %s", ErrUnavailable, class, what) }
+	switch class {
+	case ClassNodeKill, ClassNodePause, ClassQuorumLoss:
+		if cfg.Nodes == nil || len(cfg.Nodes.Hosts()) < 3 {
+			return need("Config.Nodes with three nodes")
+		}
+	case ClassRevoke:
+		if cfg.Revoke == nil {
+			return need("Config.Revoke")
+		}
+	case ClassPartition:
+		if cfg.UID == 0 || cfg.CassandraPort == 0 {
+			return need("Config.UID and Config.CassandraPort (and root)")
+		}
+		if _, err := exec.LookPath("iptables"); err != nil {
+			return need("iptables (make install-deps installs it)")
+		}
+	case ClassClock:
+		if _, err := exec.LookPath("unshare"); err != nil {
+			return need("unshare (util-linux)")
+		}
+	}
+	return nil
+}
+
+// nemesis injects faults for cfg.Duration, one at a time, each healed before the next.
+func (r *run) nemesis(ctx context.Context) error {
+	cfg := r.cfg
+	classes := []string{cfg.Class}
+	if cfg.Class == ClassMixed {
+		classes = nil
+		for _, c := range Classes {
+			if c != ClassNone && c != ClassMixed && cfg.canRun(c) == nil {
+				classes = append(classes, c)
+			}
+		}
+	}
+	// Mixed takes the classes in turn, from a start that the seed and the workload choose, so that
+	// even short runs of both workloads cover most classes.
+	turn := int(cfg.Seed%uint64(len(classes))) + slices.Index(Workloads, cfg.Workload)*len(classes)/2
+	deadline := time.Now().Add(cfg.Duration)
+	for ; time.Now().Before(deadline); turn++ {
+		if err := ctxtime.Sleep(ctx, r.between(1, 2)); err != nil {
+			return err
+		}
+		class := classes[turn%len(classes)]
+		if class == ClassNone {
+			continue
+		}
+		start := time.Now()
+		w, ok, err := r.inject(ctx, class)
+		if err != nil {
+			return fmt.Errorf("chaos: %s: %w", class, err)
+		}
+		if !ok {
+			continue
+		}
+		w.Name, w.Start, w.End = class+" "+w.Name, start, time.Now()
+		r.addFault(w)
+		cfg.Log.V(1).Info("fault healed", "fault", w.Name, "took", w.End.Sub(w.Start).String())
+	}
+	return nil
+}
+
+// between returns a random duration from lo to hi leases.
+func (r *run) between(lo, hi float64) time.Duration {
+	l := float64(r.cfg.Lease)
+	return time.Duration(lo*l + r.rng.Float64()*(hi-lo)*l)
+}
+
+// inject injects one fault of class and heals it. ok is false when there was nothing to inject
+// it into (no holder).
+func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err error) {
+	switch class {
+	case ClassKill, ClassPause, ClassPartition, ClassRevoke:
+		p := r.holder()
+		if p == nil {
+			return Window{}, false, nil
+		}
+		w.Name = p.name
+		w.Token, _ = p.current()
+		switch class {
+		case ClassKill:
+			err = r.restart(ctx, p, r.between(0, 1), 0)
+		case ClassPause:
+			err = r.pause(ctx, p)
+		case ClassPartition:
+			err = r.partition(ctx, p)
+		case ClassRevoke:
+			ok, err = r.revoke(ctx, p, w.Token)
+			return w, ok, err
+		}
+		return w, true, err
+	case ClassClock:
+		p := r.procs[r.rng.IntN(len(r.procs))]
+		if token, holding := p.current(); holding {
+			w.Token = token
+		}
+		offset := 3600 + r.rng.Int64N(30*86400)
+		w.Name = fmt.Sprintf("%s +%ds", p.name, offset)
+		return w, true, r.restart(ctx, p, 0, offset)
+	case ClassStorm:
+		if p := r.holder(); p != nil {
+			w.Token, _ = p.current()
+		}
+		w.Name = "all"
+		return w, true, r.storm(ctx)
+	case ClassMalformed:
+		p := r.holder()
+		if p != nil {
+			w.Name = p.name
+			w.Token, _ = p.current()
+			p.signal(syscall.SIGKILL)
+			<-p.exited
+		}
+		n := r.flood(ctx, r.between(1, 2))
+		w.Name = fmt.Sprintf("%s %d requests", w.Name, n)
+		if p != nil {
+			err = r.restart(ctx, p, 0, 0)
+		}
+		return w, true, err
+	case ClassNodeKill, ClassNodePause, ClassQuorumLoss:
+		return r.nodeFault(ctx, class)
+	}
+	return Window{}, false, fmt.Errorf("no fault class %q", class)
+}
+
+// restart kills p (SIGKILL), waits for its exit and then for wait, and starts it again under its
+// pod identity, in a time namespace monotonicOffset seconds ahead if that is > 0.
+func (r *run) restart(ctx context.Context, p *proc, wait time.Duration, monotonicOffset int64) error {
+	p.signal(syscall.SIGKILL)
+	<-p.exited
+	if err := ctxtime.Sleep(ctx, wait); err != nil {
+		return err
+	}
+	return p.start(monotonicOffset)
+}
+
+func (r *run) pause(ctx context.Context, p *proc) error {
+	p.signal(syscall.SIGSTOP)
+	resume := r.onHeal(func() { p.signal(syscall.SIGCONT) })
+	defer resume()
+	return ctxtime.Sleep(ctx, r.between(1, 2))
+}
+
+// partition drops p's packets to Cassandra's native port for one to two leases.
+func (r *run) partition(ctx context.Context, p *proc) error {
+	rule := []string{"OUTPUT", "-o", "lo", "-p", "tcp", "--dport", strconv.Itoa(r.cfg.CassandraPort),
+		"-m", "owner", "--uid-owner", strconv.Itoa(p.uid), "-j", "DROP"}
+	if out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-I"}, rule...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables -I %v: %w: %s", rule, err, out)
+	}
+	var healErr error
+	lift := r.onHeal(func() {
+		if out, err := exec.Command("iptables", append([]string{"-w", "-D"}, rule...)...).CombinedOutput(); err != nil {
+			healErr = fmt.Errorf("iptables -D %v: %w: %s", rule, err, out)
+		}
+	})
+	err := ctxtime.Sleep(ctx, r.between(1, 2))
+	lift()
+	return errors.Join(err, healErr)
+}
+
+// revoke revokes p's grant of token and waits until p reports it lost (three leases at most).
+// ok is false when the grant ended before the revocation (a release in the cycle workload).
+func (r *run) revoke(ctx context.Context, p *proc, token int64) (ok bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.Lease)
+	err = r.cfg.Revoke(rctx, podNamespace+"/"+r.cfg.Lock, token) // the sidecars' store lock ID (scope Namespaced)
+	cancel()
+	switch {
+	case errors.Is(err, lock.ErrNotHolder):
+		return false, nil
+	case err != nil:
+		r.cfg.Log.Info("revocation failed; no fault injected", "token", token, "err", err.Error())
+		return false, ctx.Err()
+	}
+	deadline := time.Now().Add(3 * r.cfg.Lease)
+	for time.Now().Before(deadline) {
+		if t, holding := p.current(); !holding || t != token {
+			return true, nil
+		}
+		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return true, err
+		}
+	}
+	r.anomaly(Anomaly{"revocation", fmt.Sprintf("%s still reports token %d held %v after it was revoked", p.name, token, 3*r.cfg.Lease)})
+	return true, nil
+}
+
+// storm ends every process with SIGTERM at once (each releases what it holds and leaves the
+// queue), waits for their exits, and restarts them all within a lease.
+func (r *run) storm(ctx context.Context) error {
+	for _, p := range r.procs {
+		p.signal(syscall.SIGTERM)
+	}
+	for _, p := range r.procs {
+		<-p.exited
+	}
+	if err := ctxtime.Sleep(ctx, r.between(0, 1)); err != nil {
+		return err
+	}
+	for _, p := range r.procs {
+		if err := p.start(0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeFault kills or stops Cassandra nodes and brings them back.
+func (r *run) nodeFault(ctx context.Context, class string) (w Window, ok bool, err error) {
+	nodes := r.cfg.Nodes
+	i := r.rng.IntN(len(nodes.Hosts()))
+	w.Name = nodes.Hosts()[i]
+	if p := r.holder(); p != nil {
+		w.Token, _ = p.current()
+	}
+	switch class {
+	case ClassNodeKill:
+		w.KeepHolds = true
+		if err := nodes.KillNode(ctx, i); err != nil {
+			return w, false, err
+		}
+		var startErr error
+		restart := r.onHeal(func() { startErr = nodes.StartNode(context.WithoutCancel(ctx), i) })
+		sleepErr := ctxtime.Sleep(ctx, r.between(1, 2))
+		restart()
+		return w, true, errors.Join(sleepErr, startErr)
+	case ClassNodePause:
+		w.KeepHolds = true
+		resume, err := r.stopNodes(i)
+		if err != nil {
+			return w, false, err
+		}
+		defer resume()
+		return w, true, ctxtime.Sleep(ctx, r.between(1, 3))
+	default: // ClassQuorumLoss
+		j := (i + 1 + r.rng.IntN(len(nodes.Hosts())-1)) % len(nodes.Hosts())
+		w.Name += " " + nodes.Hosts()[j]
+		w.NoGrants = true
+		resume, err := r.stopNodes(i, j)
+		if err != nil {
+			return w, false, err
+		}
+		defer resume()
+		return w, true, ctxtime.Sleep(ctx, r.between(1, 2))
+	}
+}
+
+// stopNodes sends SIGSTOP to the nodes; resume sends them SIGCONT.
+func (r *run) stopNodes(idxs ...int) (resume func(), err error) {
+	var pids []int
+	for _, i := range idxs {
+		pid := r.cfg.Nodes.NodePID(i)
+		if pid <= 0 {
+			return nil, fmt.Errorf("node %d is not running", i)
+		}
+		pids = append(pids, pid)
+	}
+	resume = r.onHeal(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			resume()
+			return nil, fmt.Errorf("stopping node pid %d: %w", pid, err)
+		}
+	}
+	return resume, nil
+}

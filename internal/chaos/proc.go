@@ -1,0 +1,394 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/baton-dev/baton/internal/ctxtime"
+	"github.com/baton-dev/baton/internal/fencedstore"
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+// podNamespace is the sidecars' namespace; it prefixes the lock's ID in the store.
+const podNamespace = "chaos"
+
+// hintPort is where each sidecar takes hand-off hints, on its own loopback address 127.0.3.i+1
+// (its pod IP).
+const hintPort = 18450
+
+// proc is one sidecar process and its app.
+type proc struct {
+	run     *run
+	name    string
+	index   int
+	socket  string
+	uid     int    // the process's own user, for the partition class (0: the harness's user)
+	metrics string // host:port of the sidecar's metrics
+
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	expected  bool // the nemesis ended it: its exit is no crash
+	graceful  bool // ended by SIGTERM: it must exit 0
+	started   time.Time
+	clockSkew int64 // monotonic offset of its time namespace, in seconds (0: the machine's)
+	token     int64
+	holding   bool
+	holdInc   int           // the incarnation that reported the hold
+	holdIdx   map[int64]int // token → index in run.holds, so each grant is recorded once
+	usage     []usage       // this incarnation's samples of its metrics
+	inc       int           // incarnation: 1 for the first start, +1 per restart
+	exits     map[int]exit  // by incarnation
+}
+
+// exit is how one incarnation of a sidecar ended.
+type exit struct {
+	at       time.Time
+	graceful bool // after SIGTERM
+}
+
+// usage is one sample of a sidecar's own metrics.
+type usage struct {
+	at         time.Time
+	goroutines float64
+	rss        float64 // bytes
+}
+
+// start starts the sidecar under the same pod identity (a restart is a zero-wait restart). With
+// monotonicOffset > 0 it runs in a time namespace of its own whose monotonic and boot clocks are
+// that many seconds ahead of the machine's.
+func (p *proc) start(monotonicOffset int64) error {
+	cfg := p.run.cfg
+	mode := "Blocking"
+	if cfg.Workload == WorkloadCycle {
+		mode = "Try"
+	}
+	var cmd *exec.Cmd
+	if monotonicOffset > 0 {
+		off := strconv.FormatInt(monotonicOffset, 10)
+		args := []string{"--time", "--monotonic", off, "--boottime", off}
+		if p.uid > 0 {
+			id := strconv.Itoa(p.uid)
+			args = append(args, "--setuid", id, "--setgid", id)
+		}
+		cmd = exec.Command("unshare", append(args, "--", cfg.Binary)...) // unshare execs the sidecar: same pid
+	} else {
+		cmd = exec.Command(cfg.Binary)
+		if p.uid > 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(p.uid), Gid: uint32(p.uid)}}
+		}
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL // never outlive the harness
+	cmd.Env = append(os.Environ(),
+		"BATON_LOCK_IDS="+cfg.Lock, "BATON_MODE="+mode, "BATON_TRAFFIC_POLICY=None",
+		"BATON_LEASE="+cfg.Lease.String(), "BATON_SHUTDOWN_TIMEOUT=5s",
+		"BATON_CASSANDRA_HOSTS="+strings.Join(cfg.Hosts, ","), "BATON_CASSANDRA_KEYSPACE="+cfg.Keyspace,
+		"POD_NAMESPACE="+podNamespace, "POD_NAME="+p.name, "POD_UID=uid-"+p.name,
+		fmt.Sprintf("POD_IP=127.0.3.%d", p.index+1), fmt.Sprintf("BATON_HINT_PORT=%d", hintPort),
+		"BATON_SOCKET="+p.socket, "BATON_METRICS_ADDR="+p.metrics)
+	if cfg.Output != nil {
+		cmd.Stderr = cfg.Output(p.name)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("chaos: starting sidecar %s: %w", p.name, err)
+	}
+	exited := make(chan struct{})
+	p.mu.Lock()
+	p.run.addUsage(p.name, p.usage) // the last incarnation's
+	p.cmd, p.exited, p.expected, p.graceful = cmd, exited, false, false
+	p.started, p.clockSkew, p.usage = time.Now(), monotonicOffset, nil
+	p.inc++
+	inc := p.inc
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		expected, graceful := p.expected, p.graceful
+		if p.exits == nil {
+			p.exits = map[int]exit{}
+		}
+		p.exits[inc] = exit{at: time.Now(), graceful: graceful}
+		p.mu.Unlock()
+		switch {
+		case !expected:
+			p.run.crash(fmt.Sprintf("%s exited by itself: %v", p.name, err))
+		case graceful && err != nil:
+			p.run.crash(fmt.Sprintf("%s did not exit cleanly after SIGTERM: %v", p.name, err))
+		}
+		close(exited)
+	}()
+	return nil
+}
+
+// signal sends sig to the sidecar. SIGKILL ends its hold at once (it can act no more); SIGKILL
+// and SIGTERM make its exit expected.
+func (p *proc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd := p.cmd
+	token, holding := p.token, p.holding
+	switch sig {
+	case syscall.SIGKILL:
+		p.expected, p.holding = true, false
+	case syscall.SIGTERM:
+		p.expected, p.graceful = true, true
+	}
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	if sig == syscall.SIGKILL && holding {
+		p.endHold(token, time.Now(), EndKilled)
+	}
+}
+
+// incarnation returns the running incarnation and the channel closed at its exit.
+func (p *proc) incarnation() (int, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inc, p.exited
+}
+
+// settle ends, at the exit of incarnation inc, a hold that inc reported and never reported
+// ending: the process can act no more. After SIGTERM that is an anomaly: a graceful exit
+// releases first. The app calls it once it read everything inc reported (its event stream ended).
+func (p *proc) settle(inc int) {
+	p.mu.Lock()
+	ex, exited := p.exits[inc]
+	token, open := p.token, p.holding && p.holdInc == inc
+	if exited && open {
+		p.holding = false
+	}
+	p.mu.Unlock()
+	if !exited || !open {
+		return
+	}
+	if ex.graceful {
+		p.run.anomaly(Anomaly{"exit-holding", fmt.Sprintf("%s exited after SIGTERM at %s without reporting token %d released", p.name, stamp(ex.at), token)})
+	}
+	p.endHold(token, ex.at, EndExited)
+}
+
+// current returns the lock's token the process holds by its own report, if it does.
+func (p *proc) current() (token int64, holding bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.token, p.holding
+}
+
+// app follows the sidecar's events (subscribing again after a restart) and writes to the fenced
+// resource with its token while it believes it holds the lock. In the cycle workload it also
+// acquires, holds for a random time and releases, over and over.
+func (p *proc) app(ctx context.Context) {
+	client := sidecarclient.New(p.socket)
+	var wg sync.WaitGroup
+	wg.Go(func() { p.writer(ctx, client) })
+	wg.Go(func() { p.sample(ctx) })
+	if p.run.cfg.Workload == WorkloadCycle {
+		wg.Go(func() { p.cycle(ctx, client) })
+	}
+	last := 0
+	for ctx.Err() == nil {
+		inc, exited := p.incarnation()
+		if last != 0 && last != inc {
+			p.settle(last) // it exited while no stream was open
+		}
+		last = inc
+		events, errs := client.Events(ctx)
+		for e := range events {
+			p.event(e, inc)
+		}
+		<-errs
+		// Everything inc reported is read; if it is exiting, settle what it left open.
+		t := time.NewTimer(time.Second)
+		select {
+		case <-exited:
+			p.settle(inc)
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		_ = ctxtime.Sleep(ctx, 50*time.Millisecond)
+	}
+	wg.Wait()
+}
+
+// cycle is the cycle workload's app: acquire (waiting up to three leases), hold for up to a
+// lease, release, rest for up to half a lease.
+func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
+	cfg := p.run.cfg
+	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(p.index)+1))
+	for ctx.Err() == nil {
+		start := time.Now()
+		inc, _ := p.incarnation()
+		st, err := client.Acquire(ctx, cfg.Lock, 3*cfg.Lease)
+		p.run.addWait(Wait{Process: p.name, Start: start, End: time.Now()})
+		if err != nil {
+			_ = ctxtime.Sleep(ctx, 50*time.Millisecond)
+			continue
+		}
+		since := st.HeldSince
+		if since.IsZero() {
+			since = time.Now()
+		}
+		p.event(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: cfg.Lock, Token: st.Token, Time: since}, inc)
+		if ctxtime.Sleep(ctx, time.Duration(rng.Int64N(int64(cfg.Lease)))) != nil {
+			return
+		}
+		p.mu.Lock()
+		mine := p.holding && p.token == st.Token
+		if mine {
+			p.holding = false // stop writing before giving the lock back
+		}
+		p.mu.Unlock()
+		if mine {
+			stopped := time.Now()
+			if _, err := client.Release(ctx, cfg.Lock); err == nil {
+				p.endHold(st.Token, stopped, EndApp) // the released event dates it unless it never came
+			}
+		}
+		if ctxtime.Sleep(ctx, time.Duration(rng.Int64N(int64(cfg.Lease/2)))) != nil {
+			return
+		}
+	}
+}
+
+// reconcile learns a grant whose acquired event came before the app subscribed (the sidecar holds
+// from its start): the lock's status says since when it is held.
+func (p *proc) reconcile(ctx context.Context, client *sidecarclient.Client) {
+	inc, _ := p.incarnation()
+	st, err := client.Lock(ctx, p.run.cfg.Lock)
+	if err != nil || st.State != sidecarclient.StateHeld || st.HeldSince.IsZero() {
+		return
+	}
+	p.event(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: st.LockID, Token: st.Token, Time: st.HeldSince}, inc)
+}
+
+// event takes in what incarnation inc of the sidecar reported.
+func (p *proc) event(e sidecarclient.Event, inc int) {
+	if e.LockID != p.run.cfg.Lock {
+		return
+	}
+	switch e.Type {
+	case sidecarclient.EventAcquired:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if _, ok := p.holdIdx[e.Token]; ok {
+			return // learnt already (the Acquire answer, a reconcile, or the event after it)
+		}
+		if p.holdIdx == nil {
+			p.holdIdx = map[int64]int{}
+		}
+		p.holdIdx[e.Token] = p.run.addHold(Hold{Process: p.name, Lock: e.LockID, Token: e.Token, Start: e.Time})
+		p.token, p.holding, p.holdInc = e.Token, true, inc
+	case sidecarclient.EventLost, sidecarclient.EventReleased:
+		p.mu.Lock()
+		if p.token == e.Token {
+			p.holding = false
+		}
+		p.mu.Unlock()
+		p.endHold(e.Token, e.Time, string(e.Type))
+	}
+}
+
+// endHold records the end of the process's hold of token, as reported by how.
+func (p *proc) endHold(token int64, at time.Time, how string) {
+	p.mu.Lock()
+	idx, ok := p.holdIdx[token]
+	p.mu.Unlock()
+	if ok {
+		p.run.endHold(idx, at, how)
+	}
+}
+
+func (p *proc) writer(ctx context.Context, client *sidecarclient.Client) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n%25 == 0 {
+			p.reconcile(ctx, client)
+		}
+		if token, holding := p.current(); holding {
+			p.run.store.Apply(p.run.cfg.Lock, fencedstore.Write{Token: token, Writer: p.name})
+		}
+	}
+}
+
+// sample reads the sidecar's goroutine count and resident memory once a lease.
+func (p *proc) sample(ctx context.Context) {
+	hc := &http.Client{Timeout: time.Second}
+	for ctxtime.Sleep(ctx, p.run.cfg.Lease) == nil {
+		u, err := scrape(ctx, hc, "http://"+p.metrics+"/metrics")
+		if err != nil {
+			continue // not up yet, stopped, or killed
+		}
+		p.mu.Lock()
+		p.usage = append(p.usage, u)
+		p.mu.Unlock()
+	}
+}
+
+func scrape(ctx context.Context, hc *http.Client, url string) (usage, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return usage{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return usage{}, err
+	}
+	defer resp.Body.Close()
+	u := usage{at: time.Now(), goroutines: -1, rss: -1}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "go_goroutines":
+			u.goroutines, _ = strconv.ParseFloat(value, 64)
+		case "process_resident_memory_bytes":
+			u.rss, _ = strconv.ParseFloat(value, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return usage{}, err
+	}
+	if u.goroutines < 0 || u.rss < 0 {
+		return usage{}, fmt.Errorf("chaos: %s has no go_goroutines or process_resident_memory_bytes", url)
+	}
+	return u, nil
+}
+
+// freePort returns a loopback address no one listens on now.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("chaos: finding a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}

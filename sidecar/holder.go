@@ -41,8 +41,7 @@ type Holder struct {
 	wg       sync.WaitGroup
 
 	// Blocking-mode hold loops and Try-mode acquisitions in flight: Shutdown cancels them (cancel,
-	// stopAcquiring) and waits for them before it releases, so that a grant won while it began is
-	// released too.
+	// stopAcquiring) and waits for them; a grant they win once it began is given back at once.
 	acquiring     sync.WaitGroup
 	stopAcquiring context.Context
 	stopAll       context.CancelFunc
@@ -102,6 +101,11 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 func (h *Holder) Start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	h.mu.Lock()
+	if h.stopping {
+		h.mu.Unlock()
+		cancel()
+		return
+	}
 	h.cancel = cancel
 	if h.opts.Mode == batonv1.ModeTry {
 		h.started = true
@@ -135,7 +139,10 @@ func (h *Holder) hold(ctx context.Context, id string) {
 			_ = ctxtime.Sleep(ctx, backoff)
 			continue
 		}
-		h.acquired(id, lease)
+		if !h.acquired(id, lease, false) {
+			h.giveBack(id, lease)
+			return
+		}
 		select {
 		case <-lease.Done():
 		case <-ctx.Done():
@@ -145,9 +152,21 @@ func (h *Holder) hold(ctx context.Context, id string) {
 	}
 }
 
-// acquired records a new lease and tells subscribers.
-func (h *Holder) acquired(id string, lease *lock.Lease) {
+// acquired records a new lease and tells subscribers; with watch it also reports the lease's end
+// when it comes by itself. Once Shutdown began it does neither and returns false: the caller gives
+// the lease back (giveBack), as Shutdown already collected what it releases.
+func (h *Holder) acquired(id string, lease *lock.Lease, watch bool) bool {
 	h.mu.Lock()
+	if h.stopping {
+		h.mu.Unlock()
+		return false
+	}
+	if watch {
+		h.wg.Go(func() {
+			<-lease.Done()
+			h.ended(id, lease)
+		})
+	}
 	s := h.locks[id]
 	s.lease, s.everHeld = lease, true
 	now := time.Now()
@@ -160,6 +179,16 @@ func (h *Holder) acquired(id string, lease *lock.Lease) {
 	h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: id, Token: lease.Token(), Time: now})
 	h.mu.Unlock()
 	h.log.Info("lock held", "lock", id, "token", lease.Token())
+	return true
+}
+
+// giveBack releases a lease granted after Shutdown began, unreported, within the shutdown
+// timeout.
+func (h *Holder) giveBack(id string, lease *lock.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.opts.ShutdownTimeout)
+	defer cancel()
+	err := lease.Release(ctx)
+	h.log.Info("released a lock granted while shutting down", "lock", id, "token", lease.Token(), "confirmed", err == nil)
 }
 
 // ended records that a lease ended on its own (lost or revoked).
@@ -357,11 +386,10 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	case err != nil:
 		return sidecarclient.LockStatus{}, err
 	}
-	h.acquired(id, lease)
-	h.wg.Go(func() {
-		<-lease.Done()
-		h.ended(id, lease)
-	})
+	if !h.acquired(id, lease, true) {
+		h.giveBack(id, lease)
+		return sidecarclient.LockStatus{}, fmt.Errorf("%w: %s was granted as shutdown began, and released", sidecarclient.ErrShuttingDown, id)
+	}
 	st, _ := h.Lock(id)
 	return st, nil
 }
@@ -458,25 +486,12 @@ func (h *Holder) Started() bool {
 }
 
 // Shutdown stops acquiring (Try-mode acquisitions in flight end with ErrShuttingDown), releases
-// every held lock (bounded by ctx), also one granted while it began, reports the releases and ends
-// every event stream.
+// every held lock (bounded by ctx), reports the releases, waits for the acquisitions to end (one
+// that wins a grant meanwhile gives it back unreported) and ends every event stream.
 func (h *Holder) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
-	h.stopping = true
+	h.stopping = true // from now on a grant is given back by its acquisition (acquired, giveBack)
 	cancel := h.cancel
-	h.mu.Unlock()
-	h.stopAll()
-	if cancel != nil {
-		cancel()
-	}
-	// A grant won meanwhile is in h.locks once its acquisition returned, and is released below.
-	acquiring := make(chan struct{})
-	go func() { h.acquiring.Wait(); close(acquiring) }()
-	select {
-	case <-acquiring:
-	case <-ctx.Done():
-	}
-	h.mu.Lock()
 	held := make(map[string]*lock.Lease)
 	for id, s := range h.locks {
 		if s.lease != nil {
@@ -484,6 +499,10 @@ func (h *Holder) Shutdown(ctx context.Context) error {
 		}
 	}
 	h.mu.Unlock()
+	h.stopAll()
+	if cancel != nil {
+		cancel()
+	}
 	var errs []error
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -497,6 +516,13 @@ func (h *Holder) Shutdown(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	// Acquisitions still in flight end now; one granted meanwhile gives its lease back first.
+	acquiring := make(chan struct{})
+	go func() { h.acquiring.Wait(); close(acquiring) }()
+	select {
+	case <-acquiring:
+	case <-ctx.Done():
+	}
 	h.wg.Wait()
 	h.mu.Lock()
 	for ch := range h.subs {

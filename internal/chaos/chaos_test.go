@@ -40,7 +40,7 @@ var (
 		c.Name, c.NativePort, c.StoragePort = "chaos-trio", 10442, 8450
 		return c
 	}())
-	binary, binDir string
+	binary, runner, writer, binDir string
 )
 
 const (
@@ -61,10 +61,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binDir, binary = dir, filepath.Join(dir, "sidecar")
-	if out, err := exec.Command("go", "build", "-o", binary, "../../cmd/sidecar").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/sidecar: %v\n%s", err, out)
-		os.Exit(1)
+	binDir, binary, runner, writer = dir, filepath.Join(dir, "sidecar"), filepath.Join(dir, "baton"), filepath.Join(dir, "chaoswriter")
+	for out, pkg := range map[string]string{binary: "../../cmd/sidecar", runner: "../../cmd/baton", writer: "./chaoswriter"} {
+		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, msg)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	trio.Stop()
@@ -96,12 +98,15 @@ func TestChaos(t *testing.T) {
 	var rows []summary
 	for _, class := range strings.Split(*classesFlag, ",") {
 		for _, workload := range strings.Split(*workloadsFlag, ",") {
+			if !chaos.Applies(class, workload) {
+				continue
+			}
 			row := summary{class: class, workload: workload}
 			for i := range *runsFlag {
 				seed := *seedFlag + uint64(i)
 				t.Run(fmt.Sprintf("%s/%s/seed-%d", class, workload, seed), func(t *testing.T) {
 					cfg := chaos.Config{
-						Binary: binary, Hosts: cl.Hosts(), Keyspace: keyspace, Dir: binDir,
+						Binary: binary, Runner: runner, Writer: writer, Hosts: cl.Hosts(), Keyspace: keyspace, Dir: binDir,
 						Lock:      fmt.Sprintf("%s-%s-%d-%d", class, workload, seed, time.Now().UnixNano()),
 						Processes: *processesFlag, Lease: lease, Workload: workload,
 						Class: class, Seed: seed, Duration: *durationFlag, Log: testr.New(t),

@@ -1,7 +1,9 @@
 // Package chaos checks what baton promises against the history of a run with real faults (issue
 // 12): sidecar processes holding locks, apps writing to a fenced resource (package fencedstore)
 // with their tokens, and a nemesis that kills, pauses, partitions and restarts them and the
-// Cassandra nodes. This file set is the checker; the runner that produces histories builds on it.
+// Cassandra nodes. check.go and timing.go judge and time a History; run.go, proc.go, nemesis.go
+// and malformed.go (Linux only) produce one: Run starts the sidecars and their apps, runs the
+// nemesis of one fault class from a seed, and returns the history with its anomalies.
 //
 // A History collects what happened, each fact with the time it refers to:
 //
@@ -16,9 +18,14 @@
 // Check then reports every Anomaly: two holds of one lock that overlap in time, a token that is
 // not larger than every token granted before it, a token granted to two processes, a write the
 // fenced resource accepted with a lower token than one it accepted before or with a token another
-// writer set, and a lock not granted again within a bound after the last fault healed.
+// writer set, a lock not granted again within a bound after the last fault healed, a grant while
+// quorum was lost, and a hold lost while a fault left quorum in place. Run adds what only a live
+// run sees: a sidecar that crashed, exited after SIGTERM still holding, answered a malformed
+// request with anything but a JSON error, did not learn a revocation, or grew in goroutines or
+// memory.
 //
-// What it does not guarantee: times are wall-clock times of one machine, so a run whose nemesis
-// moves one process's wall clock must leave that process out of the overlap check (its fenced
-// writes are still checked).
+// Times are wall-clock times of one machine. The clock fault class moves a sidecar's monotonic
+// and boot clocks (a Linux time namespace); namespaces do not cover the wall clock, so every
+// report stays comparable. A nemesis that moved one process's wall clock would have to leave that
+// process out of the overlap check (its fenced writes would still be checked).
 package chaos

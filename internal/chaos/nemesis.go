@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -63,8 +64,20 @@ func (cfg Config) canRun(class string) error {
 		if _, err := exec.LookPath("unshare"); err != nil {
 			return need("unshare (util-linux)")
 		}
+		if os.Geteuid() != 0 {
+			return need("root (a time namespace)")
+		}
+	}
+	if !Applies(class, cfg.Workload) {
+		return fmt.Errorf("%w: %s does not apply to workload %s", ErrUnavailable, class, cfg.Workload)
 	}
 	return nil
+}
+
+// Applies says whether class makes sense for workload: malformed requests need the sidecars'
+// socket API, which baton run in direct mode does not have.
+func Applies(class, workload string) bool {
+	return class != ClassMalformed || workload != WorkloadRun
 }
 
 // nemesis injects faults for cfg.Duration, one at a time, each healed before the next.
@@ -92,14 +105,20 @@ func (r *run) nemesis(ctx context.Context) error {
 			continue
 		}
 		start := time.Now()
+		r.faulting.Store(true)
 		w, ok, err := r.inject(ctx, class)
+		r.healedAt.Store(time.Now().UnixNano())
+		r.faulting.Store(false)
 		if err != nil {
 			return fmt.Errorf("chaos: %s: %w", class, err)
 		}
 		if !ok {
 			continue
 		}
-		w.Name, w.Start, w.End = class+" "+w.Name, start, time.Now()
+		w.Name, w.Start = class+" "+w.Name, start
+		if w.End.IsZero() {
+			w.End = time.Now()
+		}
 		r.addFault(w)
 		cfg.Log.V(1).Info("fault healed", "fault", w.Name, "took", w.End.Sub(w.Start).String())
 	}
@@ -122,7 +141,7 @@ func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err 
 			return Window{}, false, nil
 		}
 		w.Name = p.name
-		w.Token, _ = p.current()
+		w.Token, _ = p.held()
 		switch class {
 		case ClassKill:
 			err = r.restart(ctx, p, r.between(0, 1), 0)
@@ -137,7 +156,7 @@ func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err 
 		return w, true, err
 	case ClassClock:
 		p := r.procs[r.rng.IntN(len(r.procs))]
-		if token, holding := p.current(); holding {
+		if token, holding := p.held(); holding {
 			w.Token = token
 		}
 		offset := 3600 + r.rng.Int64N(30*86400)
@@ -145,7 +164,7 @@ func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err 
 		return w, true, r.restart(ctx, p, 0, offset)
 	case ClassStorm:
 		if p := r.holder(); p != nil {
-			w.Token, _ = p.current()
+			w.Token, _ = p.held()
 		}
 		w.Name = "all"
 		return w, true, r.storm(ctx)
@@ -153,7 +172,7 @@ func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err 
 		p := r.holder()
 		if p != nil {
 			w.Name = p.name
-			w.Token, _ = p.current()
+			w.Token, _ = p.held()
 			p.signal(syscall.SIGKILL)
 			<-p.exited
 		}
@@ -177,7 +196,7 @@ func (r *run) restart(ctx context.Context, p *proc, wait time.Duration, monotoni
 	if err := ctxtime.Sleep(ctx, wait); err != nil {
 		return err
 	}
-	return p.start(monotonicOffset)
+	return p.startAgain(monotonicOffset)
 }
 
 func (r *run) pause(ctx context.Context, p *proc) error {
@@ -191,15 +210,17 @@ func (r *run) pause(ctx context.Context, p *proc) error {
 func (r *run) partition(ctx context.Context, p *proc) error {
 	rule := []string{"OUTPUT", "-o", "lo", "-p", "tcp", "--dport", strconv.Itoa(r.cfg.CassandraPort),
 		"-m", "owner", "--uid-owner", strconv.Itoa(p.uid), "-j", "DROP"}
-	if out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-I"}, rule...)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables -I %v: %w: %s", rule, err, out)
-	}
 	var healErr error
 	lift := r.onHeal(func() {
 		if out, err := exec.Command("iptables", append([]string{"-w", "-D"}, rule...)...).CombinedOutput(); err != nil {
 			healErr = fmt.Errorf("iptables -D %v: %w: %s", rule, err, out)
 		}
 	})
+	if out, err := exec.Command("iptables", append([]string{"-w", "-I"}, rule...)...).CombinedOutput(); err != nil {
+		healErr = nil
+		lift() // nothing to lift, but forget it
+		return fmt.Errorf("iptables -I %v: %w: %s", rule, err, out)
+	}
 	err := ctxtime.Sleep(ctx, r.between(1, 2))
 	lift()
 	return errors.Join(err, healErr)
@@ -209,7 +230,7 @@ func (r *run) partition(ctx context.Context, p *proc) error {
 // ok is false when the grant ended before the revocation (a release in the cycle workload).
 func (r *run) revoke(ctx context.Context, p *proc, token int64) (ok bool, err error) {
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.Lease)
-	err = r.cfg.Revoke(rctx, podNamespace+"/"+r.cfg.Lock, token) // the sidecars' store lock ID (scope Namespaced)
+	err = r.cfg.Revoke(rctx, r.cfg.storeLockID(), token)
 	cancel()
 	switch {
 	case errors.Is(err, lock.ErrNotHolder):
@@ -220,7 +241,7 @@ func (r *run) revoke(ctx context.Context, p *proc, token int64) (ok bool, err er
 	}
 	deadline := time.Now().Add(3 * r.cfg.Lease)
 	for time.Now().Before(deadline) {
-		if t, holding := p.current(); !holding || t != token {
+		if t, holding := p.held(); !holding || t != token {
 			return true, nil
 		}
 		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
@@ -244,7 +265,7 @@ func (r *run) storm(ctx context.Context) error {
 		return err
 	}
 	for _, p := range r.procs {
-		if err := p.start(0); err != nil {
+		if err := p.startAgain(0); err != nil {
 			return err
 		}
 	}
@@ -257,16 +278,17 @@ func (r *run) nodeFault(ctx context.Context, class string) (w Window, ok bool, e
 	i := r.rng.IntN(len(nodes.Hosts()))
 	w.Name = nodes.Hosts()[i]
 	if p := r.holder(); p != nil {
-		w.Token, _ = p.current()
+		w.Token, _ = p.held()
 	}
 	switch class {
 	case ClassNodeKill:
 		w.KeepHolds = true
-		if err := nodes.KillNode(ctx, i); err != nil {
-			return w, false, err
-		}
 		var startErr error
 		restart := r.onHeal(func() { startErr = nodes.StartNode(context.WithoutCancel(ctx), i) })
+		if err := nodes.KillNode(ctx, i); err != nil {
+			restart()
+			return w, false, errors.Join(err, startErr)
+		}
 		sleepErr := ctxtime.Sleep(ctx, r.between(1, 2))
 		restart()
 		return w, true, errors.Join(sleepErr, startErr)
@@ -287,7 +309,9 @@ func (r *run) nodeFault(ctx context.Context, class string) (w Window, ok bool, e
 			return w, false, err
 		}
 		defer resume()
-		return w, true, ctxtime.Sleep(ctx, r.between(1, 2))
+		err = ctxtime.Sleep(ctx, r.between(1, 2))
+		w.End = time.Now() // before the nodes resume: grants may come at once after
+		return w, true, err
 	}
 }
 

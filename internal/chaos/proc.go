@@ -6,8 +6,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,9 +25,13 @@ import (
 // podNamespace is the sidecars' namespace; it prefixes the lock's ID in the store.
 const podNamespace = "chaos"
 
-// hintPort is where each sidecar takes hand-off hints, on its own loopback address 127.0.3.i+1
-// (its pod IP).
-const hintPort = 18450
+// Each process i has its own loopback address 127.0.3.i+1 (its pod IP): hintPort is where it
+// takes hand-off hints, metricsPort where a sidecar serves its metrics. Own addresses keep a
+// restart from finding its port taken by someone's ephemeral port.
+const (
+	hintPort    = 18450
+	metricsPort = 18451
+)
 
 // proc is one sidecar process and its app.
 type proc struct {
@@ -46,12 +50,15 @@ type proc struct {
 	started   time.Time
 	clockSkew int64 // monotonic offset of its time namespace, in seconds (0: the machine's)
 	token     int64
-	holding   bool
+	open      bool          // a hold of token was reported and not reported ended
+	holding   bool          // the app believes it holds token: it writes with it
 	holdInc   int           // the incarnation that reported the hold
 	holdIdx   map[int64]int // token → index in run.holds, so each grant is recorded once
 	usage     []usage       // this incarnation's samples of its metrics
 	inc       int           // incarnation: 1 for the first start, +1 per restart
 	exits     map[int]exit  // by incarnation
+	rng       *rand.Rand    // its app's choices
+	next      int64         // WorkloadRun: the monotonic offset of the next start
 }
 
 // exit is how one incarnation of a sidecar ended.
@@ -67,26 +74,32 @@ type usage struct {
 	rss        float64 // bytes
 }
 
-// start starts the sidecar under the same pod identity (a restart is a zero-wait restart). With
+// start starts the process: a sidecar under the same pod identity (a restart is a zero-wait
+// restart), or for the run workload `baton run` with the writer as its command. With
 // monotonicOffset > 0 it runs in a time namespace of its own whose monotonic and boot clocks are
 // that many seconds ahead of the machine's.
 func (p *proc) start(monotonicOffset int64) error {
 	cfg := p.run.cfg
-	mode := "Blocking"
-	if cfg.Workload == WorkloadCycle {
-		mode = "Try"
+	p.run.startMu.Lock()
+	defer p.run.startMu.Unlock()
+	if p.run.over {
+		return errRunOver
+	}
+	program, args, env := p.sidecarCommand()
+	if cfg.Workload == WorkloadRun {
+		program, args, env = p.runnerCommand()
 	}
 	var cmd *exec.Cmd
 	if monotonicOffset > 0 {
 		off := strconv.FormatInt(monotonicOffset, 10)
-		args := []string{"--time", "--monotonic", off, "--boottime", off}
+		ns := []string{"--time", "--monotonic", off, "--boottime", off}
 		if p.uid > 0 {
 			id := strconv.Itoa(p.uid)
-			args = append(args, "--setuid", id, "--setgid", id)
+			ns = append(ns, "--setuid", id, "--setgid", id)
 		}
-		cmd = exec.Command("unshare", append(args, "--", cfg.Binary)...) // unshare execs the sidecar: same pid
+		cmd = exec.Command("unshare", append(append(ns, "--", program), args...)...) // unshare execs it: same pid
 	} else {
-		cmd = exec.Command(cfg.Binary)
+		cmd = exec.Command(program, args...)
 		if p.uid > 0 {
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(p.uid), Gid: uint32(p.uid)}}
 		}
@@ -95,18 +108,27 @@ func (p *proc) start(monotonicOffset int64) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL // never outlive the harness
-	cmd.Env = append(os.Environ(),
-		"BATON_LOCK_IDS="+cfg.Lock, "BATON_MODE="+mode, "BATON_TRAFFIC_POLICY=None",
-		"BATON_LEASE="+cfg.Lease.String(), "BATON_SHUTDOWN_TIMEOUT=5s",
-		"BATON_CASSANDRA_HOSTS="+strings.Join(cfg.Hosts, ","), "BATON_CASSANDRA_KEYSPACE="+cfg.Keyspace,
-		"POD_NAMESPACE="+podNamespace, "POD_NAME="+p.name, "POD_UID=uid-"+p.name,
-		fmt.Sprintf("POD_IP=127.0.3.%d", p.index+1), fmt.Sprintf("BATON_HINT_PORT=%d", hintPort),
-		"BATON_SOCKET="+p.socket, "BATON_METRICS_ADDR="+p.metrics)
+	cmd.Env = append(os.Environ(), env...)
+	var out io.Writer = io.Discard
 	if cfg.Output != nil {
-		cmd.Stderr = cfg.Output(p.name)
+		out = cfg.Output(p.name)
+	}
+	var logs *os.File // baton run's log, which reports its holds
+	if cfg.Workload == WorkloadRun {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("chaos: a pipe for %s's log: %w", p.name, err)
+		}
+		logs, cmd.Stderr = r, w
+		defer w.Close() // the children hold their own ends
+	} else {
+		cmd.Stderr = out
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("chaos: starting sidecar %s: %w", p.name, err)
+		if logs != nil {
+			logs.Close()
+		}
+		return fmt.Errorf("chaos: starting %s (%s): %w", p.name, program, err)
 	}
 	exited := make(chan struct{})
 	p.mu.Lock()
@@ -116,10 +138,13 @@ func (p *proc) start(monotonicOffset int64) error {
 	p.inc++
 	inc := p.inc
 	p.mu.Unlock()
+	if logs != nil {
+		go p.followRunner(logs, out, inc, exited)
+	}
 	go func() {
 		err := cmd.Wait()
 		p.mu.Lock()
-		expected, graceful := p.expected, p.graceful
+		expected, graceful := p.expected || p.runnerExitOK(err), p.graceful && p.run.cfg.Workload != WorkloadRun
 		if p.exits == nil {
 			p.exits = map[int]exit{}
 		}
@@ -136,15 +161,44 @@ func (p *proc) start(monotonicOffset int64) error {
 	return nil
 }
 
+// sidecarCommand is the sidecar's command line and environment.
+func (p *proc) sidecarCommand() (program string, args, env []string) {
+	cfg := p.run.cfg
+	mode := "Blocking"
+	if cfg.Workload == WorkloadCycle {
+		mode = "Try"
+	}
+	return cfg.Binary, nil, []string{
+		"BATON_LOCK_IDS=" + cfg.Lock, "BATON_MODE=" + mode, "BATON_TRAFFIC_POLICY=None",
+		"BATON_LEASE=" + cfg.Lease.String(), "BATON_SHUTDOWN_TIMEOUT=5s",
+		"BATON_CASSANDRA_HOSTS=" + strings.Join(cfg.Hosts, ","), "BATON_CASSANDRA_KEYSPACE=" + cfg.Keyspace,
+		"POD_NAMESPACE=" + podNamespace, "POD_NAME=" + p.name, "POD_UID=uid-" + p.name,
+		fmt.Sprintf("POD_IP=127.0.3.%d", p.index+1), fmt.Sprintf("BATON_HINT_PORT=%d", hintPort),
+		"BATON_SOCKET=" + p.socket, "BATON_METRICS_ADDR=" + p.metrics,
+	}
+}
+
+// startAgain starts p again after the nemesis stopped it; in the run workload it leaves that to
+// runLoop, which starts baton run again after each exit, and only says with what clock.
+func (p *proc) startAgain(monotonicOffset int64) error {
+	if p.run.cfg.Workload == WorkloadRun {
+		p.mu.Lock()
+		p.next = monotonicOffset
+		p.mu.Unlock()
+		return nil
+	}
+	return p.start(monotonicOffset)
+}
+
 // signal sends sig to the sidecar. SIGKILL ends its hold at once (it can act no more); SIGKILL
 // and SIGTERM make its exit expected.
 func (p *proc) signal(sig syscall.Signal) {
 	p.mu.Lock()
 	cmd := p.cmd
-	token, holding := p.token, p.holding
+	token, open := p.token, p.open
 	switch sig {
 	case syscall.SIGKILL:
-		p.expected, p.holding = true, false
+		p.expected, p.holding, p.open = true, false, false
 	case syscall.SIGTERM:
 		p.expected, p.graceful = true, true
 	}
@@ -153,7 +207,7 @@ func (p *proc) signal(sig syscall.Signal) {
 		return
 	}
 	_ = cmd.Process.Signal(sig)
-	if sig == syscall.SIGKILL && holding {
+	if sig == syscall.SIGKILL && open {
 		p.endHold(token, time.Now(), EndKilled)
 	}
 }
@@ -171,9 +225,9 @@ func (p *proc) incarnation() (int, <-chan struct{}) {
 func (p *proc) settle(inc int) {
 	p.mu.Lock()
 	ex, exited := p.exits[inc]
-	token, open := p.token, p.holding && p.holdInc == inc
+	token, open := p.token, p.open && p.holdInc == inc
 	if exited && open {
-		p.holding = false
+		p.holding, p.open = false, false
 	}
 	p.mu.Unlock()
 	if !exited || !open {
@@ -185,17 +239,28 @@ func (p *proc) settle(inc int) {
 	p.endHold(token, ex.at, EndExited)
 }
 
-// current returns the lock's token the process holds by its own report, if it does.
+// current returns the token the app writes with, if it believes it holds the lock.
 func (p *proc) current() (token int64, holding bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.token, p.holding
 }
 
+// held returns the token of the process's open hold (reported, not reported ended), if any.
+func (p *proc) held() (token int64, open bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.token, p.open
+}
+
 // app follows the sidecar's events (subscribing again after a restart) and writes to the fenced
 // resource with its token while it believes it holds the lock. In the cycle workload it also
 // acquires, holds for a random time and releases, over and over.
 func (p *proc) app(ctx context.Context) {
+	if p.run.cfg.Workload == WorkloadRun {
+		p.runLoop(ctx)
+		return
+	}
 	client := sidecarclient.New(p.socket)
 	var wg sync.WaitGroup
 	wg.Go(func() { p.writer(ctx, client) })
@@ -233,21 +298,17 @@ func (p *proc) app(ctx context.Context) {
 // lease, release, rest for up to half a lease.
 func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
 	cfg := p.run.cfg
-	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(p.index)+1))
+	rng := p.rng
 	for ctx.Err() == nil {
 		start := time.Now()
 		inc, _ := p.incarnation()
 		st, err := client.Acquire(ctx, cfg.Lock, 3*cfg.Lease)
 		p.run.addWait(Wait{Process: p.name, Start: start, End: time.Now()})
-		if err != nil {
-			_ = ctxtime.Sleep(ctx, 50*time.Millisecond)
+		if err != nil || st.State != sidecarclient.StateHeld || st.HeldSince.IsZero() {
+			_ = ctxtime.Sleep(ctx, 50*time.Millisecond) // not granted, or lost already: its events tell
 			continue
 		}
-		since := st.HeldSince
-		if since.IsZero() {
-			since = time.Now()
-		}
-		p.event(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: cfg.Lock, Token: st.Token, Time: since}, inc)
+		p.event(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: cfg.Lock, Token: st.Token, Time: st.HeldSince}, inc)
 		if ctxtime.Sleep(ctx, time.Duration(rng.Int64N(int64(cfg.Lease)))) != nil {
 			return
 		}
@@ -260,6 +321,11 @@ func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
 		if mine {
 			stopped := time.Now()
 			if _, err := client.Release(ctx, cfg.Lock); err == nil {
+				p.mu.Lock()
+				if p.token == st.Token {
+					p.open = false
+				}
+				p.mu.Unlock()
 				p.endHold(st.Token, stopped, EndApp) // the released event dates it unless it never came
 			}
 		}
@@ -296,11 +362,11 @@ func (p *proc) event(e sidecarclient.Event, inc int) {
 			p.holdIdx = map[int64]int{}
 		}
 		p.holdIdx[e.Token] = p.run.addHold(Hold{Process: p.name, Lock: e.LockID, Token: e.Token, Start: e.Time})
-		p.token, p.holding, p.holdInc = e.Token, true, inc
+		p.token, p.holding, p.open, p.holdInc = e.Token, true, true, inc
 	case sidecarclient.EventLost, sidecarclient.EventReleased:
 		p.mu.Lock()
 		if p.token == e.Token {
-			p.holding = false
+			p.holding, p.open = false, false
 		}
 		p.mu.Unlock()
 		p.endHold(e.Token, e.Time, string(e.Type))
@@ -381,14 +447,4 @@ func scrape(ctx context.Context, hc *http.Client, url string) (usage, error) {
 		return usage{}, fmt.Errorf("chaos: %s has no go_goroutines or process_resident_memory_bytes", url)
 	}
 	return u, nil
-}
-
-// freePort returns a loopback address no one listens on now.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("chaos: finding a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
 }

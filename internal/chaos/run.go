@@ -4,12 +4,16 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,10 +30,13 @@ const (
 	// WorkloadCycle: Try-mode sidecars; each app acquires (waiting up to three leases), holds for
 	// a random time up to a lease, releases and rests, over and over.
 	WorkloadCycle = "cycle"
+	// WorkloadRun: `baton run` in direct mode (no sidecar), over and over, each waiting up to three
+	// leases and running the writer (chaoswriter) for up to a lease.
+	WorkloadRun = "run"
 )
 
 // Workloads lists the workloads.
-var Workloads = []string{WorkloadHold, WorkloadCycle}
+var Workloads = []string{WorkloadHold, WorkloadCycle, WorkloadRun}
 
 // Nodes is the three-node Cassandra cluster the sidecars use, for the node fault classes
 // (localcassandra.Cluster is one).
@@ -43,6 +50,8 @@ type Nodes interface {
 // Config is one run.
 type Config struct {
 	Binary    string   // cmd/sidecar
+	Runner    string   // cmd/baton, for WorkloadRun
+	Writer    string   // internal/chaos/chaoswriter, for WorkloadRun
 	Hosts     []string // Cassandra contact points
 	Keyspace  string   // with baton's schema
 	Dir       string   // for the sockets; short: a unix socket path has at most 107 bytes
@@ -60,7 +69,8 @@ type Config struct {
 	// Nodes are the Cassandra nodes, for ClassNodeKill, ClassNodePause and ClassQuorumLoss.
 	Nodes Nodes
 	// Revoke revokes a grant the way an operator does (lock.Revoke on the run's store), for
-	// ClassRevoke. It gets the lock's ID in the store: "chaos/" + Lock.
+	// ClassRevoke. It gets the lock's ID in the store: "chaos/" + Lock for sidecars (scope
+	// Namespaced), Lock for baton run.
 	Revoke func(ctx context.Context, lockID string, token int64) error
 	// UID, when set, runs sidecar i as user UID+i, so that ClassPartition can drop one sidecar's
 	// packets to Cassandra by its owner (iptables, as root). CassandraPort is the nodes' native port.
@@ -99,17 +109,26 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	r := &run{cfg: cfg, store: store, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	if cfg.Workload == WorkloadRun { // the writers reach the fenced resource over HTTP
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return Result{}, fmt.Errorf("chaos: serving the fenced resource: %w", err)
+		}
+		srv := &http.Server{Handler: store, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		r.fencedURL = "http://" + ln.Addr().String()
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	defer func() { cancel(); r.wg.Wait() }() // after stopAll and heal: the apps end with the run
 	defer r.heal()
 	for i := range cfg.Processes {
-		p := &proc{run: r, index: i, name: fmt.Sprintf("p%d", i), socket: filepath.Join(cfg.Dir, fmt.Sprintf("p%d.sock", i))}
+		p := &proc{run: r, index: i, name: fmt.Sprintf("p%d", i), socket: filepath.Join(cfg.Dir, fmt.Sprintf("p%d.sock", i)),
+			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1))}
 		if cfg.UID > 0 {
 			p.uid = cfg.UID + i
 		}
-		if p.metrics, err = freePort(); err != nil {
-			return Result{}, err
-		}
+		p.metrics = fmt.Sprintf("127.0.3.%d:%d", i+1, metricsPort)
 		r.procs = append(r.procs, p)
 		if err := p.start(0); err != nil {
 			r.stopAll()
@@ -136,6 +155,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 }
 
 func (cfg Config) validate() error {
+	if cfg.Workload == WorkloadRun && (cfg.Runner == "" || cfg.Writer == "") {
+		return fmt.Errorf("chaos: workload %s needs Config.Runner (cmd/baton) and Config.Writer (chaoswriter)", cfg.Workload)
+	}
 	if cfg.Processes < 2 || cfg.Processes > 254 || cfg.Lease <= 0 || cfg.Duration <= 0 || !slices.Contains(Workloads, cfg.Workload) || !slices.Contains(Classes, cfg.Class) {
 		return fmt.Errorf("chaos: bad config: %d processes, lease %v, duration %v, workload %q (want one of %v), class %q (want one of %v)",
 			cfg.Processes, cfg.Lease, cfg.Duration, cfg.Workload, Workloads, cfg.Class, Classes)
@@ -147,11 +169,17 @@ func (cfg Config) validate() error {
 }
 
 type run struct {
-	cfg   Config
-	store *fencedstore.Store
-	rng   *rand.Rand
-	procs []*proc
-	wg    sync.WaitGroup
+	cfg       Config
+	store     *fencedstore.Store
+	fencedURL string // the store over HTTP, for WorkloadRun
+	rng       *rand.Rand
+	procs     []*proc
+	wg        sync.WaitGroup
+	faulting  atomic.Bool  // a fault is in place
+	healedAt  atomic.Int64 // when the last fault healed (Unix nanoseconds)
+
+	startMu sync.Mutex
+	over    bool // stopAll began: nothing starts any more
 
 	healMu sync.Mutex
 	heals  []func() // undo what a fault left in place if the run stops early
@@ -248,7 +276,7 @@ func (r *run) heal() {
 func (r *run) holder() *proc {
 	var holding []*proc
 	for _, p := range r.procs {
-		if _, ok := p.current(); ok {
+		if _, ok := p.held(); ok {
 			holding = append(holding, p)
 		}
 	}
@@ -260,6 +288,9 @@ func (r *run) holder() *proc {
 
 // stopAll ends every sidecar (SIGKILL after SIGCONT): the run is over.
 func (r *run) stopAll() {
+	r.startMu.Lock()
+	r.over = true
+	r.startMu.Unlock()
 	for _, p := range r.procs {
 		p.mu.Lock()
 		cmd, exited := p.cmd, p.exited
@@ -291,6 +322,17 @@ func (r *run) result(end time.Time) Result {
 		Crashes: slices.Clone(r.crashes), Timings: Measure(h),
 	}
 }
+
+// storeLockID is the lock's ID in Cassandra.
+func (cfg Config) storeLockID() string {
+	if cfg.Workload == WorkloadRun {
+		return cfg.Lock
+	}
+	return podNamespace + "/" + cfg.Lock // the sidecars' scope is Namespaced
+}
+
+// errRunOver is returned by a start after the run stopped its processes.
+var errRunOver = errors.New("chaos: the run is over")
 
 // Growth bounds: a sidecar that ran for minGrowthLife may gain this many goroutines and this much
 // resident memory from its second sample (its first work done) to its last.

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -10,8 +11,8 @@ type Timings struct {
 	// Handoffs: from a release while another process waited to the next grant (releases while
 	// a fault lasts are left out).
 	Handoffs []time.Duration
-	// Failovers: from a fault that took a grant (its holder lost it, was killed, or let it go
-	// while the fault lasted) to the next grant with a larger token. Faults that leave quorum in
+	// Failovers: from a fault that took a grant (its hold ended while the fault lasted: lost,
+	// killed, exited or let go) to the next grant with a larger token. Faults that leave quorum in
 	// place (Window.KeepHolds) take no grant.
 	Failovers []time.Duration
 }
@@ -55,9 +56,8 @@ func Measure(h History) Timings {
 	}
 	for _, f := range h.Faults {
 		hd, ok := victim[f.Token]
-		taken := hd.EndedBy == "lost" || hd.EndedBy == EndKilled || hd.EndedBy == EndExited || !hd.End.After(f.End)
-		if f.Token == 0 || f.KeepHolds || !ok || hd.End.IsZero() || hd.End.Before(f.Start) || !taken {
-			continue // the fault did not take the grant: it was kept, or released after the fault
+		if f.Token == 0 || f.KeepHolds || !ok || hd.End.IsZero() || hd.End.Before(f.Start) || hd.End.After(f.End) {
+			continue // the fault did not take the grant: it was kept, or it ended after the fault
 		}
 		if at, ok := next(hd.Lock, f.Start, f.Token); ok {
 			t.Failovers = append(t.Failovers, at.Sub(f.Start))
@@ -73,6 +73,6 @@ func Quantile(ds []time.Duration, q float64) time.Duration {
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	i := int(q*float64(len(s))+0.5) - 1
+	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[min(max(i, 0), len(s)-1)]
 }

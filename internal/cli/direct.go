@@ -109,7 +109,7 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 		}
 		return ExitFailure, fmt.Errorf("acquiring lock %q: %w", o.lockID, err)
 	}
-	log.Info("lock held", "lock", o.lockID, "token", lease.Token(), "owner", owner.String())
+	log.Info("lock held", "lock", o.lockID, "token", lease.Token(), "owner", owner.String(), "since", stamp(time.Now()))
 
 	// 2. Run CMD until it exits or the lease ends.
 	lost := make(chan error, 1)
@@ -130,8 +130,15 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 	// 3. Release (a lost lease releases without error).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	lostBefore := lease.Err() != nil
 	if rerr := lease.Release(rctx); rerr != nil {
 		fmt.Fprintf(p.stderr, "baton: releasing lock %q: %v (it is freed when the lease of %v ends)\n", o.lockID, rerr, o.lease)
+	}
+	// Dated when the lease stopped being valid, like the sidecar's lost and released events.
+	if lostBefore {
+		log.Info("lock lost", "lock", o.lockID, "token", lease.Token(), "ended", stamp(lease.EndedAt()))
+	} else {
+		log.Info("lock released", "lock", o.lockID, "token", lease.Token(), "ended", stamp(lease.EndedAt()))
 	}
 	switch {
 	case err != nil:
@@ -144,6 +151,9 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 	}
 	return res.code, nil
 }
+
+// stamp formats a time for the verbose log: the wall clock with nanoseconds.
+func stamp(t time.Time) string { return t.Format(time.RFC3339Nano) }
 
 // connectHint names the settings besides the contact points that can make a connection fail.
 func connectHint(conn cassandrastore.Connection) string {

@@ -495,6 +495,42 @@ func TestLeaseEndedAt(t *testing.T) {
 	})
 }
 
+// TestLeaseDeadline: the deadline is the last successful write's send time plus the lease less
+// the safety margin; renewals move it forward; a lease that ended keeps its last deadline, which
+// is also when it ended if it lapsed.
+func TestLeaseDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		clk := &testclock.Ahead{}
+		wall := func() time.Time { return clk.Now() }
+		l, _ := lock.New(mem.Client(1, memstore.Faults{}), lock.Owner{Identity: "a", Incarnation: "1"},
+			lock.WithLease(3*time.Second), lock.WithRenewInterval(time.Second), lock.WithClock(clk), lock.WithWallClock(wall))
+		ctx := context.Background()
+		lease, err := l.Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := wall()
+		const valid = 3*time.Second - 300*time.Millisecond // lease − the default 10 % margin
+		if d := lease.Deadline().Sub(granted); d > valid || d < valid-100*time.Millisecond {
+			t.Fatalf("deadline %v after the grant, want %v", d, valid)
+		}
+		time.Sleep(2500 * time.Millisecond) // two renewals
+		if d := lease.Deadline().Sub(wall()); d < valid-time.Second-100*time.Millisecond || d > valid {
+			t.Fatalf("deadline %v ahead after renewals, want within a renew interval of %v", d, valid)
+		}
+		before := lease.Deadline()
+		clk.Set(10 * time.Second) // paused: no renewal, the deadline passes
+		<-lease.Done()
+		if got := lease.Deadline(); !got.Equal(before) {
+			t.Errorf("deadline moved from %v to %v when the lease lapsed", before, got)
+		}
+		if got := lease.EndedAt(); !got.Equal(before) {
+			t.Errorf("a lapsed lease ended at %v, want its deadline %v", got, before)
+		}
+	})
+}
+
 // failingDequeue is a store whose queue removals fail, as they may under load (a timeout).
 type failingDequeue struct{ lock.Store }
 

@@ -51,6 +51,9 @@ type lockState struct {
 	status   sidecarclient.LockStatus
 	lease    *lock.Lease
 	everHeld bool
+	// yield asks the Blocking-mode hold loop to release and queue again; it answers on the
+	// channel it was sent.
+	yield chan chan error
 }
 
 var _ sidecarapi.Service = (*Holder)(nil)
@@ -90,7 +93,7 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}
 	for _, id := range opts.LockIDs {
-		h.locks[id] = &lockState{status: sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}}
+		h.locks[id] = &lockState{status: sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, yield: make(chan chan error)}
 		h.byStore[opts.StoreLockID(id)] = id
 	}
 	return h, nil
@@ -122,14 +125,29 @@ func (h *Holder) Start(ctx context.Context) {
 // hold keeps one lock held in Blocking mode.
 func (h *Holder) hold(ctx context.Context, id string) {
 	backoff := time.Second
+	yields := h.locks[id].yield
+	var yielded chan error // answered once the status says the lock is queued for again
+	var yieldErr error
+	defer func() {
+		if yielded != nil { // shutting down right after a yield
+			yielded <- yieldErr
+		}
+	}()
 	for ctx.Err() == nil {
 		h.update(id, func(s *lockState) {
 			reason := "joining the queue"
-			if s.status.State == sidecarclient.StateLost {
+			switch {
+			case yielded != nil:
+				reason = "yielded: queueing again behind the waiters"
+			case s.status.State == sidecarclient.StateLost:
 				reason = "queueing again after the lock was lost: " + s.status.Reason
 			}
 			s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateWaiting, Reason: reason}
 		})
+		if yielded != nil {
+			yielded <- yieldErr
+			yielded = nil
+		}
 		lease, err := h.locker.Acquire(ctx, h.opts.StoreLockID(id))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -145,6 +163,10 @@ func (h *Holder) hold(ctx context.Context, id string) {
 		}
 		select {
 		case <-lease.Done():
+		case reply := <-yields:
+			// Release, then queue again at the back: the waiters ahead are granted first.
+			yielded, yieldErr = reply, h.release(ctx, id, lease)
+			continue
 		case <-ctx.Done():
 			return // Shutdown releases it
 		}
@@ -406,6 +428,51 @@ func (h *Holder) Release(ctx context.Context, id string) (sidecarclient.LockStat
 		return sidecarclient.LockStatus{}, fmt.Errorf("%w: %s", sidecarclient.ErrNotHeld, id)
 	}
 	err := h.release(ctx, id, lease)
+	st, _ := h.Lock(id)
+	return st, err
+}
+
+// Yield implements sidecarapi.Service: it releases lockID and queues again behind the waiters, so
+// that the next one is granted now. In Blocking mode the sidecar takes its turn again by itself
+// and Yield answers once the lock is released; in Try mode Yield then acquires again, waiting up
+// to wait as Acquire does.
+func (h *Holder) Yield(ctx context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
+	s, ok := h.locks[id]
+	if !ok {
+		return sidecarclient.LockStatus{}, fmt.Errorf("%w: %q is not declared (declared: %s)", sidecarclient.ErrUnknownLock, id, strings.Join(h.opts.LockIDs, ", "))
+	}
+	h.mu.Lock()
+	lease, stopping := s.lease, h.stopping
+	h.mu.Unlock()
+	switch {
+	case stopping:
+		return sidecarclient.LockStatus{}, fmt.Errorf("%w: not yielding %s", sidecarclient.ErrShuttingDown, id)
+	case lease == nil:
+		st, _ := h.Lock(id)
+		return st, fmt.Errorf("%w: %s, so there is nothing to yield", sidecarclient.ErrNotHeld, id)
+	}
+	if h.opts.Mode == batonv1.ModeTry {
+		if err := h.release(ctx, id, lease); err != nil {
+			st, _ := h.Lock(id)
+			return st, err
+		}
+		return h.Acquire(ctx, id, wait)
+	}
+	reply := make(chan error, 1)
+	select {
+	case s.yield <- reply:
+	case <-lease.Done(): // lost meanwhile
+		st, _ := h.Lock(id)
+		return st, fmt.Errorf("%w: %s ended before it could be yielded", sidecarclient.ErrNotHeld, id)
+	case <-ctx.Done():
+		return sidecarclient.LockStatus{}, ctx.Err()
+	}
+	var err error
+	select {
+	case err = <-reply:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	st, _ := h.Lock(id)
 	return st, err
 }

@@ -330,3 +330,129 @@ func TestHolderShutdownEndsItsGoroutines(t *testing.T) {
 		}
 	}
 }
+
+// TestHolderYieldBlocking: a Blocking-mode holder that yields releases, and the waiter is granted
+// before it; the yielder queues again behind it, is not ready meanwhile, and gets the lock back
+// when the other yields in turn. Yield on a lock not held, an undeclared lock, or after Shutdown
+// says so.
+func TestHolderYieldBlocking(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", batonv1.ModeBlocking, "orders"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", batonv1.ModeBlocking, "orders"))
+		aEvents, stopA := a.Subscribe()
+		defer stopA()
+		bEvents, stopB := b.Subscribe()
+		defer stopB()
+		a.Start(ctx)
+		first := next(t, aEvents)
+		b.Start(ctx)
+		time.Sleep(2 * time.Second) // b is queued
+		if _, err := b.Yield(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrNotHeld) {
+			t.Fatalf("yield by the waiter: %v, want ErrNotHeld", err)
+		}
+		if _, err := a.Yield(ctx, "nope", 0); !errors.Is(err, sidecarclient.ErrUnknownLock) {
+			t.Fatalf("yield of an undeclared lock: %v", err)
+		}
+
+		st, err := a.Yield(ctx, "orders", 0)
+		if err != nil || st.State != sidecarclient.StateWaiting || !strings.Contains(st.Reason, "yielded") {
+			t.Fatalf("yield: %+v, %v; want waiting, yielded", st, err)
+		}
+		if e := next(t, aEvents); e.Type != sidecarclient.EventReleased || e.Token != first.Token {
+			t.Fatalf("a after yielding: %+v", e)
+		}
+		if e := next(t, bEvents); e.Type != sidecarclient.EventAcquired || e.Token != first.Token+1 {
+			t.Fatalf("b after a yielded: %+v, want the next token", e)
+		}
+		if a.Ready() {
+			t.Fatal("a is ready after yielding")
+		}
+		time.Sleep(2 * time.Second)
+		if st, _ := a.Lock("orders"); st.State != sidecarclient.StateWaiting || st.QueuePosition != 1 {
+			t.Fatalf("a after yielding: %+v, want waiting at position 1", st)
+		}
+
+		if _, err := b.Yield(ctx, "orders", 0); err != nil {
+			t.Fatal(err)
+		}
+		if e := next(t, aEvents); e.Type != sidecarclient.EventAcquired || e.Token != first.Token+2 {
+			t.Fatalf("a after b yielded: %+v", e)
+		}
+		_ = b.Shutdown(ctx)
+		_ = a.Shutdown(ctx)
+		if _, err := a.Yield(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrShuttingDown) && !errors.Is(err, sidecarclient.ErrNotHeld) {
+			t.Fatalf("yield after shutdown: %v", err)
+		}
+	})
+}
+
+// TestHolderYieldTry: a Try-mode holder that yields with a wait releases, the waiter is granted
+// first, and the yielder gets the lock back once the waiter releases; with no wait and a waiter
+// queued it ends idle (409 locked).
+func TestHolderYieldTry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		a, _ := newTestHolder(t, mem, 1, testOptions(t, "a", batonv1.ModeTry, "orders"))
+		b, _ := newTestHolder(t, mem, 2, testOptions(t, "b", batonv1.ModeTry, "orders"))
+		a.Start(ctx)
+		b.Start(ctx)
+		first, err := a.Acquire(ctx, "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bGot := make(chan sidecarclient.LockStatus, 1)
+		go func() {
+			st, err := b.Acquire(ctx, "orders", time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			bGot <- st
+		}()
+		time.Sleep(2 * time.Second) // b is queued
+		aGot := make(chan sidecarclient.LockStatus, 1)
+		go func() {
+			st, err := a.Yield(ctx, "orders", time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			aGot <- st
+		}()
+		st := <-bGot
+		if st.Token != first.Token+1 {
+			t.Fatalf("b after a yielded: %+v", st)
+		}
+		time.Sleep(2 * time.Second)
+		select {
+		case st := <-aGot:
+			t.Fatalf("a got the lock back while b holds it: %+v", st)
+		default:
+		}
+		if _, err := b.Release(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		if st := <-aGot; st.State != sidecarclient.StateHeld || st.Token != first.Token+2 {
+			t.Fatalf("a's yield answered %+v, want held with the next token", st)
+		}
+
+		// No wait, a waiter queued: the lock goes to the waiter and the yielder ends idle.
+		go func() {
+			st, err := b.Acquire(ctx, "orders", time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			bGot <- st
+		}()
+		time.Sleep(2 * time.Second)
+		if st, err := a.Yield(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrLocked) || st.State == sidecarclient.StateHeld {
+			t.Fatalf("yield without a wait: %+v, %v; want ErrLocked", st, err)
+		}
+		if st := <-bGot; st.Token != first.Token+3 {
+			t.Fatalf("b after a's second yield: %+v", st)
+		}
+		_ = a.Shutdown(ctx)
+		_ = b.Shutdown(ctx)
+	})
+}

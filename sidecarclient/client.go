@@ -84,6 +84,20 @@ func (c *Client) Release(ctx context.Context, lockID string) (LockStatus, error)
 	return st, err
 }
 
+// Yield steps down: the sidecar releases the lock this pod holds and queues again behind the
+// waiters, so that the next one is granted now. In Blocking mode the sidecar takes its turn again
+// by itself and the answer comes once the lock is released; in Try mode the sidecar acquires
+// again, waiting up to wait (0: one try), and answers as Acquire does.
+func (c *Client) Yield(ctx context.Context, lockID string, wait time.Duration) (LockStatus, error) {
+	var body any
+	if wait != 0 {
+		body = AcquireRequest{Wait: new(wait.String())}
+	}
+	var st LockStatus
+	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/yield"), body, &st)
+	return st, err
+}
+
 // Ready reports whether the pod holds every required lock (GET /readyz answered 200 or 503).
 func (c *Client) Ready(ctx context.Context) (bool, error) {
 	resp, err := c.send(ctx, http.MethodGet, "/readyz", nil)

@@ -33,6 +33,7 @@ var (
 	classesFlag   = flag.String("chaos.classes", chaos.ClassMixed, "comma-separated fault classes: "+strings.Join(chaos.Classes, ", "))
 	workloadsFlag = flag.String("chaos.workloads", strings.Join(chaos.Workloads, ","), "comma-separated workloads: "+strings.Join(chaos.Workloads, ", "))
 	processesFlag = flag.Int("chaos.processes", 3, "sidecar processes per run")
+	reportFlag    = flag.Bool("chaos.report", false, "log every run's holds, faults and process logs, not only a failing run's")
 
 	// This test binary's own three nodes (RF 3, QUORUM/SERIAL), apart from every other package's.
 	trio = testenv.NewCassandra(func() localcassandra.Config {
@@ -124,7 +125,7 @@ func TestChaos(t *testing.T) {
 					}
 					res := runOne(t, cfg)
 					row.add(res)
-					if t.Failed() {
+					if t.Failed() || *reportFlag {
 						report(t, res, logs)
 					}
 				})

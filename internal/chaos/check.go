@@ -18,6 +18,9 @@ type Hold struct {
 	// End is when the hold stopped being valid: the lost or released report, or when the nemesis
 	// killed the process. Zero while the process still reports it held when the run ends.
 	End time.Time
+	// Deadline, when known (baton run reports it), is the lease's deadline: the process's command
+	// must be gone by then, so no write of its with Token may reach the resource after it.
+	Deadline time.Time
 	// EndedBy says what dated End: "lost" or "released" (the sidecar's report), EndKilled,
 	// EndExited or EndApp.
 	EndedBy string
@@ -45,7 +48,14 @@ type Window struct {
 	// NoGrants: nothing may be granted while the fault lasts (no quorum). KeepHolds: no hold may
 	// be lost while it lasts (quorum stays).
 	NoGrants, KeepHolds bool
+	// Paused names the process the fault stopped (SIGSTOP), if any: a stopped baton run cannot
+	// stop its command by the deadline, and only fencing protects the resource then.
+	Paused string
 }
+
+// LateSlack is how long after a hold's deadline a write sent before it may still reach the
+// resource.
+const LateSlack = 50 * time.Millisecond
 
 // GrantSlack is how long after a loss of quorum a grant may still be reported: the answer to a
 // request that completed before it may arrive after.
@@ -67,10 +77,10 @@ type History struct {
 // Anomaly is one broken promise found in a history.
 type Anomaly struct {
 	// Kind is one of Check's "overlap", "token-order", "token-reuse", "stale-write",
-	// "shared-token", "liveness", "grant-without-quorum", "lost-with-quorum", or a run's own
-	// "api" (an answer to a malformed request that is not a JSON error), "revocation" (a revoked
-	// holder that did not learn it), "exit-holding" (a sidecar that exited after SIGTERM without
-	// reporting its lock released), "growth" (goroutines or memory of a sidecar).
+	// "shared-token", "liveness", "grant-without-quorum", "lost-with-quorum", "late-write", or a
+	// run's own "api" (an answer to a malformed request that is not a JSON error), "revocation" (a
+	// revoked holder that did not learn it), "exit-holding" (a sidecar that exited after SIGTERM
+	// without reporting its lock released), "growth" (goroutines or memory of a sidecar).
 	Kind   string
 	Detail string
 }
@@ -100,7 +110,30 @@ func Check(h History, opts CheckOptions) []Anomaly {
 	if opts.Regrant > 0 {
 		out = append(out, checkRegrant(h, byLock, opts.Regrant)...)
 	}
-	return append(out, checkFaultWindows(h)...)
+	out = append(out, checkFaultWindows(h)...)
+	return append(out, checkLateWrites(h)...)
+}
+
+// checkLateWrites checks that no write of a process with a token reached the resource after that
+// hold's deadline (when the hold has one, and the process was not stopped at the deadline).
+func checkLateWrites(h History) []Anomaly {
+	var out []Anomaly
+	for _, hd := range h.Holds {
+		stopped := slices.ContainsFunc(h.Faults, func(f Window) bool {
+			return f.Paused == hd.Process && !hd.Deadline.Before(f.Start) && !hd.Deadline.After(f.End)
+		})
+		if hd.Deadline.IsZero() || stopped {
+			continue
+		}
+		for _, w := range h.Writes[hd.Lock] {
+			if w.Writer == hd.Process && w.Token == hd.Token && w.Time.After(hd.Deadline.Add(LateSlack)) {
+				out = append(out, Anomaly{"late-write", fmt.Sprintf("lock %s: %s wrote with token %d at %s, %v after its lease's deadline %s (accepted: %v)",
+					hd.Lock, hd.Process, hd.Token, stamp(w.Time), w.Time.Sub(hd.Deadline), stamp(hd.Deadline), w.Accepted)})
+				break
+			}
+		}
+	}
+	return out
 }
 
 // checkFaultWindows checks that no grant began while quorum was lost, and that no hold was lost

@@ -148,3 +148,37 @@ func TestMeasure(t *testing.T) {
 		t.Errorf("quantile of nothing: %v", q)
 	}
 }
+
+// TestCheckLateWrites: a write of a process with its token that reached the resource later than
+// LateSlack after that hold's deadline is an anomaly; one within the slack, one of a process stopped
+// at its deadline, and one of a hold without a deadline are not.
+func TestCheckLateWrites(t *testing.T) {
+	late := func(ms int) fencedstore.Record {
+		r := write(1, "a", 5, false)
+		r.Time = at(ms)
+		return r
+	}
+	h := History{
+		Holds: []Hold{
+			{Process: "a", Lock: "l", Token: 5, Start: at(0), End: at(900), Deadline: at(1000), EndedBy: "lost"},
+			{Process: "b", Lock: "l", Token: 6, Start: at(1100), End: at(2000)},
+		},
+		Writes: map[string][]fencedstore.Record{"l": {late(1000 + int(LateSlack/time.Millisecond))}},
+	}
+	if got := checkLateWrites(h); len(got) != 0 {
+		t.Fatalf("a write within the slack: %v", got)
+	}
+	h.Writes["l"] = append(h.Writes["l"], late(1100))
+	if got := checkLateWrites(h); len(got) != 1 || got[0].Kind != "late-write" {
+		t.Fatalf("a write 100 ms after the deadline: %v", got)
+	}
+	h.Faults = []Window{{Name: "pause a", Start: at(500), End: at(2000), Paused: "a"}}
+	if got := checkLateWrites(h); len(got) != 0 {
+		t.Fatalf("a stopped at its deadline: %v", got)
+	}
+	h.Faults = nil
+	h.Holds[0].Deadline = time.Time{}
+	if got := checkLateWrites(h); len(got) != 0 {
+		t.Fatalf("no deadline: %v", got)
+	}
+}

@@ -1,9 +1,10 @@
 // Package chaos checks what baton promises against the history of a run with real faults (issue
-// 12): sidecar processes holding locks, apps writing to a fenced resource (package fencedstore)
-// with their tokens, and a nemesis that kills, pauses, partitions and restarts them and the
-// Cassandra nodes. check.go and timing.go judge and time a History; run.go, proc.go, nemesis.go
-// and malformed.go (Linux only) produce one: Run starts the sidecars and their apps, runs the
-// nemesis of one fault class from a seed, and returns the history with its anomalies.
+// 12): sidecar or `baton run` processes holding locks, apps (or baton run's command, chaoswriter)
+// writing to a fenced resource (package fencedstore) with their tokens, and a nemesis that kills,
+// pauses, partitions and restarts them and the Cassandra nodes. check.go and timing.go judge and
+// time a History; run.go, proc.go, runner.go, nemesis.go and malformed.go (Linux only) produce
+// one: Run starts the processes and their apps, runs the nemesis of one fault class from a seed,
+// and returns the history with its anomalies.
 //
 // A History collects what happened, each fact with the time it refers to:
 //
@@ -19,7 +20,8 @@
 // not larger than every token granted before it, a token granted to two processes, a write the
 // fenced resource accepted with a lower token than one it accepted before or with a token another
 // writer set, a lock not granted again within a bound after the last fault healed, a grant while
-// quorum was lost, and a hold lost while a fault left quorum in place. Run adds what only a live
+// quorum was lost, a hold lost while a fault left quorum in place, and a write of baton run's
+// command after its lease's deadline. Run adds what only a live
 // run sees: a sidecar that crashed, exited after SIGTERM still holding, answered a malformed
 // request with anything but a JSON error, did not learn a revocation, or grew in goroutines or
 // memory.

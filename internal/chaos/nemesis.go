@@ -93,8 +93,8 @@ func (r *run) nemesis(ctx context.Context) error {
 		}
 	}
 	// Mixed takes the classes in turn, from a start that the seed and the workload choose, so that
-	// even short runs of both workloads cover most classes.
-	turn := int(cfg.Seed%uint64(len(classes))) + slices.Index(Workloads, cfg.Workload)*len(classes)/2
+	// even short runs of each workload together cover most classes.
+	turn := int(cfg.Seed%uint64(len(classes))) + slices.Index(Workloads, cfg.Workload)*len(classes)/len(Workloads)
 	deadline := time.Now().Add(cfg.Duration)
 	for ; time.Now().Before(deadline); turn++ {
 		if err := ctxtime.Sleep(ctx, r.between(1, 2)); err != nil {
@@ -146,6 +146,7 @@ func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err 
 		case ClassKill:
 			err = r.restart(ctx, p, r.between(0, 1), 0)
 		case ClassPause:
+			w.Paused = p.name
 			err = r.pause(ctx, p)
 		case ClassPartition:
 			err = r.partition(ctx, p)
@@ -173,8 +174,7 @@ func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err 
 		if p != nil {
 			w.Name = p.name
 			w.Token, _ = p.held()
-			p.signal(syscall.SIGKILL)
-			<-p.exited
+			<-p.signal(syscall.SIGKILL)
 		}
 		n := r.flood(ctx, r.between(1, 2))
 		w.Name = fmt.Sprintf("%s %d requests", w.Name, n)
@@ -191,8 +191,7 @@ func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err 
 // restart kills p (SIGKILL), waits for its exit and then for wait, and starts it again under its
 // pod identity, in a time namespace monotonicOffset seconds ahead if that is > 0.
 func (r *run) restart(ctx context.Context, p *proc, wait time.Duration, monotonicOffset int64) error {
-	p.signal(syscall.SIGKILL)
-	<-p.exited
+	<-p.signal(syscall.SIGKILL)
 	if err := ctxtime.Sleep(ctx, wait); err != nil {
 		return err
 	}
@@ -255,11 +254,12 @@ func (r *run) revoke(ctx context.Context, p *proc, token int64) (ok bool, err er
 // storm ends every process with SIGTERM at once (each releases what it holds and leaves the
 // queue), waits for their exits, and restarts them all within a lease.
 func (r *run) storm(ctx context.Context) error {
+	var exits []<-chan struct{}
 	for _, p := range r.procs {
-		p.signal(syscall.SIGTERM)
+		exits = append(exits, p.signal(syscall.SIGTERM))
 	}
-	for _, p := range r.procs {
-		<-p.exited
+	for _, exited := range exits {
+		<-exited
 	}
 	if err := ctxtime.Sleep(ctx, r.between(0, 1)); err != nil {
 		return err

@@ -5,6 +5,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -190,11 +191,12 @@ func (p *proc) startAgain(monotonicOffset int64) error {
 	return p.start(monotonicOffset)
 }
 
-// signal sends sig to the sidecar. SIGKILL ends its hold at once (it can act no more); SIGKILL
-// and SIGTERM make its exit expected.
-func (p *proc) signal(sig syscall.Signal) {
+// signal sends sig to the process and returns the channel closed when that incarnation exits
+// (closed already if none runs). SIGKILL ends its hold at once (it can act no more); SIGKILL and
+// SIGTERM make its exit expected.
+func (p *proc) signal(sig syscall.Signal) <-chan struct{} {
 	p.mu.Lock()
-	cmd := p.cmd
+	cmd, exited := p.cmd, p.exited
 	token, open := p.token, p.open
 	switch sig {
 	case syscall.SIGKILL:
@@ -204,12 +206,15 @@ func (p *proc) signal(sig syscall.Signal) {
 	}
 	p.mu.Unlock()
 	if cmd == nil {
-		return
+		done := make(chan struct{})
+		close(done)
+		return done
 	}
 	_ = cmd.Process.Signal(sig)
 	if sig == syscall.SIGKILL && open {
 		p.endHold(token, time.Now(), EndKilled)
 	}
+	return exited
 }
 
 // incarnation returns the running incarnation and the channel closed at its exit.
@@ -295,18 +300,25 @@ func (p *proc) app(ctx context.Context) {
 }
 
 // cycle is the cycle workload's app: acquire (waiting up to three leases), hold for up to a
-// lease, release, rest for up to half a lease.
+// lease, release (or one time in four yield, and hold again when the lock comes back), rest for
+// up to half a lease.
 func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
 	cfg := p.run.cfg
 	rng := p.rng
+	var again *sidecarclient.LockStatus // granted again by a yield
 	for ctx.Err() == nil {
-		start := time.Now()
 		inc, _ := p.incarnation()
-		st, err := client.Acquire(ctx, cfg.Lock, 3*cfg.Lease)
-		p.run.addWait(Wait{Process: p.name, Start: start, End: time.Now()})
-		if err != nil || st.State != sidecarclient.StateHeld || st.HeldSince.IsZero() {
-			_ = ctxtime.Sleep(ctx, 50*time.Millisecond) // not granted, or lost already: its events tell
-			continue
+		st := again
+		again = nil
+		if st == nil {
+			start := time.Now()
+			got, err := client.Acquire(ctx, cfg.Lock, 3*cfg.Lease)
+			p.run.addWait(Wait{Process: p.name, Start: start, End: time.Now()})
+			if err != nil || got.State != sidecarclient.StateHeld || got.HeldSince.IsZero() {
+				_ = ctxtime.Sleep(ctx, 50*time.Millisecond) // not granted, or lost already: its events tell
+				continue
+			}
+			st = &got
 		}
 		p.event(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: cfg.Lock, Token: st.Token, Time: st.HeldSince}, inc)
 		if ctxtime.Sleep(ctx, time.Duration(rng.Int64N(int64(cfg.Lease)))) != nil {
@@ -318,18 +330,35 @@ func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
 			p.holding = false // stop writing before giving the lock back
 		}
 		p.mu.Unlock()
-		if mine {
-			stopped := time.Now()
-			if _, err := client.Release(ctx, cfg.Lock); err == nil {
-				p.mu.Lock()
-				if p.token == st.Token {
-					p.open = false
-				}
-				p.mu.Unlock()
-				p.endHold(st.Token, stopped, EndApp) // the released event dates it unless it never came
-			}
+		if !mine {
+			continue
 		}
-		if ctxtime.Sleep(ctx, time.Duration(rng.Int64N(int64(cfg.Lease/2)))) != nil {
+		// One time in four, step down (yield) instead: the lock goes to a waiter, if any, and
+		// comes back after it.
+		stopped, yield := time.Now(), rng.IntN(4) == 0
+		var err error
+		if yield {
+			var got sidecarclient.LockStatus
+			start := time.Now()
+			got, err = client.Yield(ctx, cfg.Lock, 3*cfg.Lease)
+			p.run.addWait(Wait{Process: p.name, Start: start, End: time.Now()})
+			if err == nil && got.State == sidecarclient.StateHeld && !got.HeldSince.IsZero() && got.Token != st.Token {
+				again = &got
+			}
+		} else {
+			_, err = client.Release(ctx, cfg.Lock)
+		}
+		// Released either way; a yield that ends in ErrShuttingDown released first, or the
+		// shutdown releases. (The released event may have come before the app subscribed again.)
+		if err == nil || yield && (errors.Is(err, sidecarclient.ErrLocked) || errors.Is(err, sidecarclient.ErrShuttingDown)) {
+			p.mu.Lock()
+			if p.token == st.Token {
+				p.open = false
+			}
+			p.mu.Unlock()
+			p.endHold(st.Token, stopped, EndApp) // the released event dates it unless it never came
+		}
+		if again == nil && ctxtime.Sleep(ctx, time.Duration(rng.Int64N(int64(cfg.Lease/2)))) != nil {
 			return
 		}
 	}

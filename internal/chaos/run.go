@@ -28,10 +28,12 @@ const (
 	// WorkloadHold: Blocking-mode sidecars; the holder keeps the lock until a fault takes it.
 	WorkloadHold = "hold"
 	// WorkloadCycle: Try-mode sidecars; each app acquires (waiting up to three leases), holds for
-	// a random time up to a lease, releases and rests, over and over.
+	// a random time up to a lease, releases (or yields: steps down and waits to get the lock back)
+	// and rests, over and over.
 	WorkloadCycle = "cycle"
 	// WorkloadRun: `baton run` in direct mode (no sidecar), over and over, each waiting up to three
-	// leases and running the writer (chaoswriter) for up to a lease.
+	// leases and running the writer (chaoswriter) for up to a lease; one writer in three ignores
+	// SIGTERM, so baton must kill it by the lease's deadline.
 	WorkloadRun = "run"
 )
 
@@ -213,6 +215,12 @@ func (r *run) endHold(idx int, at time.Time, how string) {
 	case h.EndedBy == EndApp || at.Before(h.End):
 		h.End, h.EndedBy = at, how
 	}
+}
+
+func (r *run) setDeadline(idx int, deadline time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.holds[idx].Deadline = deadline
 }
 
 func (r *run) addWait(w Wait) {

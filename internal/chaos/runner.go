@@ -22,7 +22,7 @@ import (
 // The run workload: each process is `baton run` in direct mode (no sidecar) with the writer
 // (chaoswriter) as its command, started again whenever it exits. baton's verbose log reports its
 // holds: "lock held" with the time since when, "lock lost" and "lock released" with the time the
-// lease stopped being valid.
+// lease stopped being valid and its deadline, by which baton killed the writer if it still ran.
 
 // runnerCommand is baton run's command line and environment: wait up to three leases, then let
 // the writer write for up to a lease.
@@ -30,14 +30,19 @@ func (p *proc) runnerCommand() (program string, args, env []string) {
 	cfg := p.run.cfg
 	p.mu.Lock()
 	hold := time.Duration(p.rng.Int64N(int64(cfg.Lease)))
+	stubborn := p.rng.IntN(3) == 0 // a writer that ignores SIGTERM: baton kills it by the deadline
 	p.mu.Unlock()
+	env = []string{"CHAOS_FENCED_URL=" + p.run.fencedURL + "/v1/resources/" + cfg.Lock, "CHAOS_WRITER=" + p.name,
+		"CHAOS_HOLD=" + hold.String()}
+	if stubborn {
+		env = append(env, "CHAOS_IGNORE_TERM=1")
+	}
 	return cfg.Runner, []string{"run", "--verbose",
 			"--cassandra-hosts", strings.Join(cfg.Hosts, ","), "--keyspace", cfg.Keyspace,
 			"--lock", cfg.Lock, "--lease", cfg.Lease.String(), "--wait", (3 * cfg.Lease).String(), "--grace", "1s",
 			"--hint-addr", fmt.Sprintf("127.0.3.%d:%d", p.index+1, hintPort),
 			"--", cfg.Writer},
-		[]string{"CHAOS_FENCED_URL=" + p.run.fencedURL + "/v1/resources/" + cfg.Lock, "CHAOS_WRITER=" + p.name,
-			"CHAOS_HOLD=" + hold.String()}
+		env
 }
 
 // runnerReconnect is how long after a fault healed baton run may still fail to reach Cassandra:
@@ -67,9 +72,10 @@ func (p *proc) runnerExitOK(err error) bool {
 }
 
 var (
-	runnerMsg   = regexp.MustCompile(`"msg"="(lock held|lock lost|lock released)"`)
-	runnerToken = regexp.MustCompile(`"token"=(\d+)`)
-	runnerTime  = regexp.MustCompile(`"(?:since|ended)"="([^"]+)"`)
+	runnerMsg      = regexp.MustCompile(`"msg"="(lock held|lock lost|lock released)"`)
+	runnerToken    = regexp.MustCompile(`"token"=(\d+)`)
+	runnerTime     = regexp.MustCompile(`"(?:since|ended)"="([^"]+)"`)
+	runnerDeadline = regexp.MustCompile(`"deadline"="([^"]+)"`)
 )
 
 // followRunner reads incarnation inc's log (copying it to out) and turns its reports into the
@@ -82,12 +88,20 @@ func (p *proc) followRunner(logs *os.File, out io.Writer, inc int, exited <-chan
 	for sc.Scan() {
 		line := sc.Text()
 		fmt.Fprintln(out, line)
-		if e, ok := parseRunnerLine(line, p.run.cfg.Lock); ok {
-			if e.Type == sidecarclient.EventAcquired && !granted {
+		if r, ok := parseRunnerLine(line, p.run.cfg.Lock); ok {
+			if r.Type == sidecarclient.EventAcquired && !granted {
 				granted = true
-				p.run.addWait(Wait{Process: p.name, Start: start, End: e.Time})
+				p.run.addWait(Wait{Process: p.name, Start: start, End: r.Time})
 			}
-			p.event(e, inc)
+			p.event(r.Event, inc)
+			if !r.Deadline.IsZero() {
+				p.mu.Lock()
+				idx, ok := p.holdIdx[r.Token]
+				p.mu.Unlock()
+				if ok {
+					p.run.setDeadline(idx, r.Deadline)
+				}
+			}
 		}
 	}
 	<-exited
@@ -97,27 +111,37 @@ func (p *proc) followRunner(logs *os.File, out io.Writer, inc int, exited <-chan
 	p.settle(inc)
 }
 
-func parseRunnerLine(line, lockID string) (sidecarclient.Event, bool) {
+// runnerReport is one of baton run's reports: an event, and with lost and released the lease's
+// deadline.
+type runnerReport struct {
+	sidecarclient.Event
+	Deadline time.Time
+}
+
+func parseRunnerLine(line, lockID string) (runnerReport, bool) {
 	m, tok, at := runnerMsg.FindStringSubmatch(line), runnerToken.FindStringSubmatch(line), runnerTime.FindStringSubmatch(line)
 	if m == nil || tok == nil || at == nil {
-		return sidecarclient.Event{}, false
+		return runnerReport{}, false
 	}
 	token, err := strconv.ParseInt(tok[1], 10, 64)
 	if err != nil {
-		return sidecarclient.Event{}, false
+		return runnerReport{}, false
 	}
 	t, err := time.Parse(time.RFC3339Nano, at[1])
 	if err != nil {
-		return sidecarclient.Event{}, false
+		return runnerReport{}, false
 	}
-	e := sidecarclient.Event{LockID: lockID, Token: token, Time: t, Type: sidecarclient.EventAcquired}
+	r := runnerReport{Event: sidecarclient.Event{LockID: lockID, Token: token, Time: t, Type: sidecarclient.EventAcquired}}
 	switch m[1] {
 	case "lock lost":
-		e.Type = sidecarclient.EventLost
+		r.Type = sidecarclient.EventLost
 	case "lock released":
-		e.Type = sidecarclient.EventReleased
+		r.Type = sidecarclient.EventReleased
 	}
-	return e, true
+	if d := runnerDeadline.FindStringSubmatch(line); d != nil {
+		r.Deadline, _ = time.Parse(time.RFC3339Nano, d[1])
+	}
+	return r, true
 }
 
 // runLoop starts baton run again after each exit, after a rest of up to half a lease (the first

@@ -22,7 +22,7 @@ func TestParseRunnerLine(t *testing.T) {
 	since := time.Date(2026, 11, 25, 20, 1, 2, 345678901, time.UTC)
 	ended := since.Add(1500 * time.Millisecond)
 	log.Info("lock held", "lock", "orders", "token", int64(1795637129599058), "owner", "host/h/1/ab#cd", "since", since.Format(time.RFC3339Nano))
-	log.Info("lock lost", "lock", "orders", "token", int64(1795637129599058), "ended", ended.Format(time.RFC3339Nano))
+	log.Info("lock lost", "lock", "orders", "token", int64(1795637129599058), "ended", ended.Format(time.RFC3339Nano), "deadline", since.Add(3*time.Second).Format(time.RFC3339Nano))
 	log.Info("lock released", "lock", "orders", "token", int64(7), "ended", ended.Format(time.RFC3339Nano))
 	log.Info("closing the Cassandra session timed out; exiting anyway")
 	want := []sidecarclient.Event{
@@ -40,6 +40,9 @@ func TestParseRunnerLine(t *testing.T) {
 		}
 		if !ok || e.Type != want[i].Type || e.Token != want[i].Token || !e.Time.Equal(want[i].Time) || e.LockID != "orders" {
 			t.Errorf("%q: %+v, %v; want %+v", line, e, ok, want[i])
+		}
+		if wantDeadline := i == 1; wantDeadline != !e.Deadline.IsZero() || wantDeadline && !e.Deadline.Equal(since.Add(3*time.Second)) {
+			t.Errorf("%q: deadline %v", line, e.Deadline)
 		}
 	}
 	if !strings.Contains(lines[0], `"msg"="lock held"`) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/baton-dev/baton/lock"
 )
 
 // signalRouter delivers the signals baton receives: to CMD while one runs, else as cancellation
@@ -18,7 +20,7 @@ type signalRouter struct {
 	cancel context.CancelCauseFunc
 
 	mu    sync.Mutex
-	child *os.Process
+	group int // CMD's process group while it runs, else 0
 }
 
 func (r *signalRouter) loop(ctx context.Context, sigs <-chan os.Signal) {
@@ -38,16 +40,18 @@ func (r *signalRouter) loop(ctx context.Context, sigs <-chan os.Signal) {
 func (r *signalRouter) deliver(s os.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.child != nil {
-		_ = r.child.Signal(s) // fails only when CMD already exited
-		return
+	if r.group != 0 {
+		if sig, ok := s.(syscall.Signal); ok {
+			_ = syscall.Kill(-r.group, sig) // fails only when CMD's group already exited
+			return
+		}
 	}
 	r.cancel(&interruptedError{sig: s})
 }
 
-func (r *signalRouter) setChild(p *os.Process) {
+func (r *signalRouter) setChild(group int) {
 	r.mu.Lock()
-	r.child = p
+	r.group = group
 	r.mu.Unlock()
 }
 
@@ -56,23 +60,44 @@ type childSpec struct {
 	argv  []string
 	env   []string // added to the process environment, overriding
 	grace time.Duration
+	// deadline, when set (direct mode), returns the lease's self-fence deadline: CMD's whole
+	// process group is killed by then, and told to stop termLead before it while no renewal moves
+	// it (see deadlineLeads).
+	deadline func() time.Time
+	termLead time.Duration
+	killLead time.Duration
+}
+
+// deadlineLeads returns how long before a lease's deadline CMD gets SIGTERM (min(grace, lease/4):
+// healthy renewals, every lease/3, keep the deadline further away than that) and SIGKILL (a
+// moment before it, for the kill to land).
+func deadlineLeads(grace, lease time.Duration) (term, kill time.Duration) {
+	return min(grace, lease/4), min(100*time.Millisecond, lease/20)
 }
 
 // childResult is how CMD ended.
 type childResult struct {
-	code    int   // exit code to pass on (128+N when killed by signal N)
-	lost    error // non-nil when CMD was stopped because the lock was lost
-	stopped bool  // CMD was stopped by baton (lock lost or ctx ended)
-	killed  bool  // it needed SIGKILL
+	code     int       // exit code to pass on (128+N when killed by signal N)
+	lost     error     // non-nil when CMD was stopped because the lock was lost
+	stopped  bool      // CMD was stopped by baton (lock lost or at risk, or ctx ended)
+	killed   bool      // it needed SIGKILL
+	atRisk   bool      // stopped because no renewal came before the lease's deadline drew near
+	killedAt time.Time // when the process group got SIGKILL
+	deadline time.Time // the lease's deadline then (direct mode)
 }
 
-// supervise runs CMD until it exits, the lock is lost (a value on lost, or lost closing) or ctx
-// ends. In the last two cases CMD gets SIGTERM and, if still running after the grace period,
-// SIGKILL. Signals baton receives meanwhile are forwarded to CMD.
+// supervise runs CMD in a process group of its own until it exits (what it left running in the
+// group is killed then), the lock is lost (a value on lost, or lost closing) or ctx ends. In the last two cases CMD's group gets SIGTERM and, if CMD
+// still runs after the grace period, SIGKILL. With spec.deadline the group is also told to stop
+// when the lease's deadline draws near without a renewal, and is killed by the deadline whatever
+// the grace period: nothing CMD started still runs when another owner could be granted the lock.
+// Signals baton receives meanwhile are forwarded to CMD's group.
 func (p *program) supervise(ctx context.Context, spec childSpec, lost <-chan error) (childResult, error) {
 	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.stdin, p.stdout, p.stderr
 	cmd.Env = mergeEnv(os.Environ(), spec.env)
+	var restoreTerminal func()
+	cmd.SysProcAttr, restoreTerminal = childGroup(p.stdin)
 	// CMD may leave children behind that keep its output pipes open (only when baton's own
 	// stdio is not a file); do not wait for them forever.
 	cmd.WaitDelay = spec.grace + time.Second
@@ -83,8 +108,10 @@ func (p *program) supervise(ctx context.Context, spec childSpec, lost <-chan err
 		}
 		return childResult{code: code}, fmt.Errorf("cannot start %s: %w", spec.argv[0], err)
 	}
-	p.signals.setChild(cmd.Process)
-	defer p.signals.setChild(nil)
+	defer restoreTerminal()
+	group := cmd.Process.Pid // the group's ID: CMD leads it
+	p.signals.setChild(group)
+	defer p.signals.setChild(0)
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait() // the exit status is in cmd.ProcessState
@@ -92,30 +119,75 @@ func (p *program) supervise(ctx context.Context, spec childSpec, lost <-chan err
 	}()
 
 	var res childResult
-	select {
-	case <-done:
-		res.code = exitCode(cmd.ProcessState)
-		return res, nil
-	case err, ok := <-lost:
-		if !ok || err == nil {
-			err = errors.New("lock lost")
+	signalGroup := func(sig syscall.Signal) { _ = syscall.Kill(-group, sig) } // fails only when all of it exited
+	kill := func() {
+		res.killed, res.killedAt = true, time.Now()
+		signalGroup(syscall.SIGKILL)
+	}
+	var killAt <-chan time.Time // the grace period, once CMD was told to stop
+	cancelled := ctx.Done()
+	stop := func(grace time.Duration) {
+		if res.stopped {
+			return
 		}
-		res.lost = err
-	case <-ctx.Done():
+		res.stopped = true
+		signalGroup(syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		killAt = t.C
 	}
-	res.stopped = true
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	grace := time.NewTimer(spec.grace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
-		res.killed = true
-		_ = cmd.Process.Kill()
-		<-done
+	for {
+		// Wake for the deadline's leads, if any: SIGTERM termLead before, SIGKILL killLead before.
+		var wake <-chan time.Time
+		if spec.deadline != nil {
+			res.deadline = spec.deadline()
+			left := time.Until(res.deadline)
+			switch {
+			case left <= spec.killLead:
+				kill()
+				<-done
+				res.code = exitCode(cmd.ProcessState)
+				return res, nil
+			case left <= spec.termLead:
+				res.atRisk = res.atRisk || !res.stopped
+				stop(left - spec.killLead)
+				wake = time.After(left - spec.killLead)
+			default:
+				wake = time.After(left - spec.termLead)
+			}
+		}
+		select {
+		case <-done:
+			res.code = exitCode(cmd.ProcessState)
+			// What CMD left running in its group must not outlive the lock.
+			if syscall.Kill(-group, 0) == nil {
+				signalGroup(syscall.SIGKILL)
+				fmt.Fprintf(p.stderr, "baton: %s exited and left processes in its group; killed them before giving the lock back\n", spec.argv[0])
+			}
+			return res, nil
+		case err, ok := <-lost:
+			if !ok || err == nil {
+				err = errors.New("lock lost")
+			}
+			res.lost = err
+			lost = nil
+			if errors.Is(err, lock.ErrOwnershipLost) { // another owner holds it already
+				kill()
+				<-done
+				res.code = exitCode(cmd.ProcessState)
+				return res, nil
+			}
+			stop(spec.grace) // and the deadline still bounds it
+		case <-cancelled:
+			cancelled = nil
+			stop(spec.grace)
+		case <-killAt:
+			kill()
+			<-done
+			res.code = exitCode(cmd.ProcessState)
+			return res, nil
+		case <-wake:
+		}
 	}
-	res.code = exitCode(cmd.ProcessState)
-	return res, nil
 }
 
 // exitCode is the shell's view of how a process ended: its exit status, or 128+N when signal N
@@ -146,10 +218,14 @@ func mergeEnv(base, extra []string) []string {
 	return append(out, extra...)
 }
 
-// stopMessage says how CMD was stopped.
-func stopMessage(argv0 string, res childResult, grace time.Duration) string {
-	if res.killed {
-		return fmt.Sprintf("sent SIGTERM to %s and SIGKILL after %v", argv0, grace)
+// stopMessage says how CMD was stopped, and when (the lease's deadline too, in direct mode).
+func stopMessage(argv0 string, res childResult) string {
+	deadline := ""
+	if !res.deadline.IsZero() {
+		deadline = "; the lease's deadline was " + stamp(res.deadline)
 	}
-	return fmt.Sprintf("sent SIGTERM to %s, which exited with code %d", argv0, res.code)
+	if res.killed {
+		return fmt.Sprintf("sent SIGTERM to %s's process group and SIGKILL at %s%s", argv0, stamp(res.killedAt), deadline)
+	}
+	return fmt.Sprintf("sent SIGTERM to %s's process group; %s exited with code %d%s", argv0, argv0, res.code, deadline)
 }

@@ -133,14 +133,14 @@ func (p *program) dispatch(ctx context.Context, args []string) (int, error) {
 		if len(rest) > 0 {
 			topic = rest[0]
 			if _, ok := commandUsage[topic]; !ok {
-				return 0, usagef("", "no help for %q: the commands are status, wait and run", topic)
+				return 0, usagef("", "no help for %q: the commands are status, wait, run and yield", topic)
 			}
 		}
 		usage(p.stdout, topic)
 		return ExitOK, nil
-	case "status", "wait", "run":
+	case "status", "wait", "run", "yield":
 		run := map[string]func(context.Context, []string) (int, error){
-			"status": p.status, "wait": p.wait, "run": p.run}[cmd]
+			"status": p.status, "wait": p.wait, "run": p.run, "yield": p.yield}[cmd]
 		code, err := run(ctx, rest)
 		if errors.Is(err, errHelp) {
 			usage(p.stdout, cmd)
@@ -190,15 +190,16 @@ Usage:
   baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
   baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
                [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
+  baton yield  [--socket PATH] [--lock ID] [--wait 0]
   baton help [COMMAND]
 
-In a pod annotated with baton.dev/lock, status, wait and run talk to the baton sidecar over its
+In a pod annotated with baton.dev/lock, status, wait, run and yield talk to the baton sidecar over its
 unix socket (--socket, env ` + sidecarcontract.EnvSocket + `, default ` + sidecarcontract.SocketPath + `). Outside Kubernetes,
 run takes the lock itself in Cassandra when given --cassandra-hosts (env BATON_CASSANDRA_HOSTS);
 it reads the same Cassandra settings as the sidecar (see baton help run).
 
 Exit codes: 0 ok, 1 failure or wait timed out, 2 usage error, 75 run could not get or lost the
-lock; otherwise run exits with CMD's code (128+N if CMD was killed by signal N).
+lock (yield: not granted again within --wait); otherwise run exits with CMD's code (128+N if CMD was killed by signal N).
 `
 
 var commandUsage = map[string]string{
@@ -222,6 +223,20 @@ Flags:
   --timeout DUR     how long to wait, e.g. 30s or 5m; 0 checks once (default 5m)
 `,
 	"run": runUsage(),
+	"yield": `Usage: baton yield [--socket PATH] [--lock ID] [--wait DUR]
+
+Steps down: the sidecar releases the lock and queues again behind the pods waiting for it, so the
+next one is granted now. In Blocking mode the sidecar takes its turn again by itself (the pod is
+not ready meanwhile); in Try mode it acquires again, waiting up to --wait. Prints the lock's state
+after, e.g. "orders waiting (yielded: queueing again behind the waiters)" or "orders token 9".
+Exits 0, 1 when the pod does not hold the lock, 75 in Try mode when it is not granted again
+within --wait.
+
+Flags:
+  --socket PATH   ` + socketUsage + `
+  --lock ID       the lock to yield (default: the only declared lock)
+  --wait DUR      Try mode: how long to wait to get the lock back; 0 tries once (default 0)
+`,
 }
 
 // runUsage is the usage of baton run; its Cassandra settings come from the sidecar's table, so
@@ -232,8 +247,10 @@ func runUsage() string {
 
 Runs CMD while holding a lock, with BATON_TOKEN=<fencing token> and BATON_LOCK=<lock ID> added to
 its environment. Stdin, stdout and stderr are passed through, SIGINT and SIGTERM are forwarded.
-If the lock is lost while CMD runs, CMD gets SIGTERM, then SIGKILL after --grace, and baton exits
-75. Otherwise baton releases the lock (if it acquired it) and exits with CMD's exit code.
+CMD runs in a process group of its own; what it leaves running there when it exits is killed
+before the lock is given back. If the lock is lost while CMD runs, the group gets SIGTERM, then
+SIGKILL after --grace, and baton exits 75. Otherwise baton releases the lock (if it
+acquired it) and exits with CMD's exit code.
 
 With a sidecar (the default): a Try-mode lock is acquired through the sidecar's API, waiting up to
 --wait; a Blocking-mode lock is waited for until the sidecar holds it.
@@ -242,7 +259,10 @@ Without Kubernetes (--cassandra-hosts given): baton takes the lock in Cassandra 
 host/<hostname>/<pid>/<random>, like flock(1) for a cluster. --lock is required, --wait defaults to 0 (try
 once: exit 75 if the lock is held). It connects as the sidecar does, with the same settings: TLS,
 a user name and password from files, a local data centre, the consistency levels and a check of
-the cluster's name.
+the cluster's name. The lease's deadline bounds CMD: when no renewal came and the deadline is
+min(--grace, lease/4) away, the group gets SIGTERM, and it gets SIGKILL just before the deadline,
+whatever --grace says, so that nothing CMD started runs once another owner could be granted the
+lock. The error then says when the group was killed and when the deadline was.
 
 Flags:
   --socket PATH            ` + socketUsage + `

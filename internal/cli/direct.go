@@ -123,7 +123,9 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 		case <-stop:
 		}
 	}()
-	res, err := p.supervise(ctx, childSpec{argv: o.argv, grace: o.grace, env: childEnv(o.lockID, lease.Token())}, lost)
+	spec := childSpec{argv: o.argv, grace: o.grace, env: childEnv(o.lockID, lease.Token()), deadline: lease.Deadline}
+	spec.termLead, spec.killLead = deadlineLeads(o.grace, o.lease)
+	res, err := p.supervise(ctx, spec, lost)
 	close(stop)
 	<-watched
 
@@ -136,16 +138,19 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 	}
 	// Dated when the lease stopped being valid, like the sidecar's lost and released events.
 	if lostBefore {
-		log.Info("lock lost", "lock", o.lockID, "token", lease.Token(), "ended", stamp(lease.EndedAt()))
+		log.Info("lock lost", "lock", o.lockID, "token", lease.Token(), "ended", stamp(lease.EndedAt()), "deadline", stamp(lease.Deadline()))
 	} else {
-		log.Info("lock released", "lock", o.lockID, "token", lease.Token(), "ended", stamp(lease.EndedAt()))
+		log.Info("lock released", "lock", o.lockID, "token", lease.Token(), "ended", stamp(lease.EndedAt()), "deadline", stamp(lease.Deadline()))
 	}
 	switch {
 	case err != nil:
 		return res.code, err
 	case res.lost != nil:
 		return ExitTempFail, fmt.Errorf("lost lock %q (token %d) while %s ran: %v; %s", o.lockID, lease.Token(),
-			o.argv[0], res.lost, stopMessage(o.argv[0], res, o.grace))
+			o.argv[0], res.lost, stopMessage(o.argv[0], res))
+	case res.atRisk:
+		return ExitTempFail, fmt.Errorf("no renewal of lock %q (token %d) came while its deadline drew near (is Cassandra reachable?), so %s was stopped: %s",
+			o.lockID, lease.Token(), o.argv[0], stopMessage(o.argv[0], res))
 	case res.stopped && ctx.Err() != nil:
 		return res.code, context.Cause(ctx)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -126,7 +127,7 @@ func TestDirectRunStopsChildWhenLeaseEnds(t *testing.T) {
 	// An operator revokes the grant; the lease learns it at its next renewal and ends, and baton
 	// stops the child and exits 75.
 	lockID := fmt.Sprintf("cli-revoked-%d", time.Now().UnixNano())
-	inv := start(t, &invocation{pid: 2001, args: directArgs(t, lockID, "--grace", "5s", "--",
+	inv := start(t, &invocation{pid: 2001, args: directArgs(t, lockID, "--grace", "5s", "--verbose", "--",
 		"sh", "-c", `echo "$BATON_TOKEN"; exec sleep 30`)})
 	eventually(t, time.Minute, func() bool {
 		select {
@@ -158,6 +159,27 @@ func TestDirectRunStopsChildWhenLeaseEnds(t *testing.T) {
 	if !strings.Contains(inv.stderr.String(), want) {
 		t.Errorf("stderr = %q, want it to contain %q", inv.stderr.String(), want)
 	}
+	// --verbose dates the hold as the sidecar's events do: since the grant, until the lease ended.
+	since := verboseTime(t, inv.stderr.String(), "lock held", tok, "since")
+	ended := verboseTime(t, inv.stderr.String(), "lock lost", tok, "ended")
+	if !since.Before(revoked) || ended.Before(revoked) || ended.After(time.Now()) {
+		t.Errorf("held since %s, lost at %s; revoked at %s", since, ended, revoked)
+	}
+}
+
+// verboseTime finds the --verbose log line msg about token and returns its time field.
+func verboseTime(t *testing.T, stderr, msg string, token int64, field string) time.Time {
+	t.Helper()
+	re := regexp.MustCompile(fmt.Sprintf(`"msg"="%s".*"token"=%d.*"%s"="([^"]+)"`, regexp.QuoteMeta(msg), token, field))
+	m := re.FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no %q line with token %d and %s in stderr: %s", msg, token, field, stderr)
+	}
+	at, err := time.Parse(time.RFC3339Nano, m[1])
+	if err != nil {
+		t.Fatalf("%s %q: %v", field, m[1], err)
+	}
+	return at
 }
 
 func TestDirectRunUnreachableCassandra(t *testing.T) {
@@ -201,4 +223,66 @@ func TestDirectRunCassandraSettings(t *testing.T) {
 		!strings.Contains(inv.stderr.String(), "--cassandra-cluster-name (BATON_CASSANDRA_CLUSTER_NAME)") {
 		t.Errorf("another cluster: exit %d, stderr %q", inv.code, inv.stderr.String())
 	}
+}
+
+// TestDirectRunKillsTheChildsGroupByTheDeadline: CMD ignores SIGTERM and leaves a grandchild
+// behind that ignores it too. When the grant is revoked, baton does not wait out --grace (10 s,
+// longer than the lease): it kills CMD's whole process group by the lease's deadline, before
+// another owner could be granted the lock, and says when (issue 13).
+func TestDirectRunKillsTheChildsGroupByTheDeadline(t *testing.T) {
+	lockID := fmt.Sprintf("cli-deadline-%d", time.Now().UnixNano())
+	inv := start(t, &invocation{pid: 2101, args: directArgs(t, lockID, "--grace", "10s", "--",
+		"sh", "-c", `trap "" TERM; sleep 300 & echo "$! $BATON_TOKEN"; wait`)})
+	var grandchild int
+	var tok int64
+	eventually(t, time.Minute, func() bool {
+		select {
+		case <-inv.done:
+			t.Fatalf("run exited %d: %s", inv.code, inv.stderr.String())
+		default:
+		}
+		_, err := fmt.Sscanf(inv.stdout.String(), "%d %d", &grandchild, &tok)
+		return err == nil && strings.HasSuffix(inv.stdout.String(), "\n")
+	}, "the run to hold the lock")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := cassandrastore.New(ctx, single.Session(t), cassandrastore.WithKeyspace(testKeyspace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	if err := lock.Revoke(ctx, store, lockID, tok); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	if code := inv.wait(t, 30*time.Second); code != ExitTempFail {
+		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
+	}
+	took := time.Since(revoked)
+	t.Logf("baton exited %v after the revocation; stderr: %s", took.Round(time.Millisecond), inv.stderr.String())
+	if took > 5*time.Second {
+		t.Errorf("CMD's group was stopped %v after the revocation: the lease (3s) bounds it, not --grace (10s)", took)
+	}
+	eventually(t, 10*time.Second, func() bool { return !running(grandchild) }, "the grandchild to be gone")
+	m := regexp.MustCompile(`SIGKILL at (\S+); the lease's deadline was (\S+)`).FindStringSubmatch(inv.stderr.String())
+	if m == nil {
+		t.Fatalf("stderr does not say when the group was killed and when the deadline was: %s", inv.stderr.String())
+	}
+	killedAt, err1 := time.Parse(time.RFC3339Nano, m[1])
+	deadline, err2 := time.Parse(time.RFC3339Nano, m[2])
+	if err1 != nil || err2 != nil || killedAt.After(deadline) || deadline.Before(revoked) {
+		t.Errorf("killed at %s, deadline %s, revoked at %s (%v, %v)", m[1], m[2], stamp(revoked), err1, err2)
+	}
+}
+
+// running says whether process pid exists and is not a zombie (dead, not yet reaped).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the last ")".
+	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+	fields := strings.Fields(rest)
+	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }

@@ -28,6 +28,7 @@ type fakeService struct {
 	lock    func(lockID string) (sidecarclient.LockStatus, bool)
 	acquire func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
 	release func(ctx context.Context, lockID string) (sidecarclient.LockStatus, error)
+	yield   func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
 	events  bool
 
 	mu    sync.Mutex
@@ -74,6 +75,13 @@ func (f *fakeService) Acquire(ctx context.Context, lockID string, wait time.Dura
 		return sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock
 	}
 	return f.acquire(ctx, lockID, wait)
+}
+
+func (f *fakeService) Yield(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error) {
+	if !f.record("Yield "+lockID, f.yield != nil) {
+		return sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock
+	}
+	return f.yield(ctx, lockID, wait)
 }
 
 func (f *fakeService) Release(ctx context.Context, lockID string) (sidecarclient.LockStatus, error) {

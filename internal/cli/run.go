@@ -205,7 +205,7 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 	}
 	if res.lost != nil {
 		return ExitTempFail, fmt.Errorf("lost lock %q (token %d) while %s ran: %v; %s", id, status.Token,
-			o.argv[0], res.lost, stopMessage(o.argv[0], res, o.grace))
+			o.argv[0], res.lost, stopMessage(o.argv[0], res))
 	}
 	// 3. Give the lock back (Try mode) and pass CMD's exit code on.
 	release()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -195,7 +196,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 6}) // an earlier grant: ignored
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "lease expired"})
 			},
-			[]string{`lost lock "orders" (token 7)`, "lease expired", "sent SIGTERM to sleep"}},
+			[]string{`lost lock "orders" (token 7)`, "lease expired", "sent SIGTERM to sleep's process group"}},
 		{"stream ends", []string{"sleep", "30"}, "10s",
 			func(f *fakeService) { f.endStream() },
 			[]string{`lost lock "orders"`, "ended its event stream"}},
@@ -203,7 +204,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 			func(f *fakeService) {
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7})
 			},
-			[]string{`lost lock "orders"`, "SIGKILL after 300ms"}},
+			[]string{`lost lock "orders"`, "process group and SIGKILL at"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeService{t: t, events: true, acquire: notTryMode}
@@ -320,5 +321,90 @@ func TestRunChildKilledBySignal(t *testing.T) {
 	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--", "sh", "-c", "kill -KILL $$"}})
 	if inv.code != 128+9 {
 		t.Fatalf("exit %d, want 137; stderr: %s", inv.code, inv.stderr.String())
+	}
+}
+
+// TestYield: baton yield asks the sidecar to step down and prints the lock's state after: waiting
+// in Blocking mode, held again in Try mode; 75 when not granted again within --wait, 1 when not
+// held, 2 when the lock is not named and the pod declares several.
+func TestYield(t *testing.T) {
+	yielded := sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateWaiting, Reason: "yielded: queueing again behind the waiters"}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		locks  []sidecarclient.LockStatus
+		answer func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error)
+		code   int
+		stdout string
+		stderr string
+	}{
+		{name: "blocking", locks: []sidecarclient.LockStatus{heldOrders},
+			answer: func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 0, yielded, nil)
+			},
+			stdout: "orders waiting (yielded: queueing again behind the waiters)\n"},
+		{name: "try with a wait", args: []string{"--lock", "orders", "--wait", "30s"},
+			answer: func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 30*time.Second, sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateHeld, Token: 9}, nil)
+			},
+			stdout: "orders token 9\n"},
+		{name: "not granted again", args: []string{"--lock", "orders"},
+			answer: func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 0, sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateIdle}, sidecarclient.ErrLocked)
+			},
+			code: ExitTempFail, stderr: `yielded lock "orders"; not granted again within --wait 0s`},
+		{name: "not held", args: []string{"--lock", "orders"},
+			answer: func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotHeld)
+			},
+			code: ExitFailure, stderr: `lock "orders" is not held by this pod: nothing to yield`},
+		{name: "which lock", locks: []sidecarclient.LockStatus{heldOrders, idleReport},
+			code: ExitUsage, stderr: "--lock is required: the pod declares 2 locks (orders, report)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeService{t: t}
+			if tc.locks != nil {
+				f.staticLocks(tc.locks...)
+			}
+			if tc.answer != nil {
+				f.yield = tc.answer(t)
+			}
+			sock := serve(t, f)
+			inv := runCLI(t, &invocation{args: append([]string{"yield", "--socket", sock}, tc.args...)})
+			if inv.code != tc.code || inv.stdout.String() != tc.stdout || !strings.Contains(inv.stderr.String(), tc.stderr) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q, stderr containing %q",
+					inv.code, inv.stdout.String(), inv.stderr.String(), tc.code, tc.stdout, tc.stderr)
+			}
+		})
+	}
+}
+
+func yieldWants(t *testing.T, wantID string, wantWait time.Duration, st sidecarclient.LockStatus, err error) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
+	return func(_ context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
+		if id != wantID || wait != wantWait {
+			t.Errorf("Yield(%q, %v), want Yield(%q, %v)", id, wait, wantID, wantWait)
+		}
+		return st, err
+	}
+}
+
+// TestRunKillsWhatTheChildLeftBehind: CMD runs in a process group of its own; what it leaves
+// running there when it exits is killed before baton gives the lock up, and baton says so.
+func TestRunKillsWhatTheChildLeftBehind(t *testing.T) {
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.staticLocks(heldOrders)
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--",
+		"sh", "-c", `sleep 300 >/dev/null 2>&1 & echo $!`}})
+	if inv.code != 0 {
+		t.Fatalf("exit %d, stderr: %s", inv.code, inv.stderr.String())
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(inv.stdout.String()))
+	if err != nil {
+		t.Fatalf("child printed %q", inv.stdout.String())
+	}
+	eventually(t, 10*time.Second, func() bool { return !running(pid) }, "the left-behind sleep to be gone")
+	if !strings.Contains(inv.stderr.String(), "left processes in its group; killed them before giving the lock back") {
+		t.Errorf("stderr = %q, want it to say what was killed", inv.stderr.String())
 	}
 }

@@ -127,6 +127,17 @@ func TestClient(t *testing.T) {
 			t.Fatalf("Acquire error = %v, want a 503 *Error matching sidecarclient.ErrShuttingDown", err)
 		}
 	})
+	t.Run("Yield", func(t *testing.T) {
+		want := sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateHeld, Token: 8}
+		f.yield = acquireWants(t, "c", 2*time.Second, want, nil)
+		if got, err := c.Yield(ctx, "c", 2*time.Second); err != nil || got != want {
+			t.Fatalf("Yield = %+v, %v; want %+v", got, err, want)
+		}
+		f.yield = acquireWants(t, "c", 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotHeld)
+		if _, err := c.Yield(ctx, "c", 0); !errors.Is(err, sidecarclient.ErrNotHeld) {
+			t.Fatalf("Yield when not held: %v", err)
+		}
+	})
 	t.Run("Acquire bad wait", func(t *testing.T) {
 		_, err := c.Acquire(ctx, "c", -time.Second)
 		var apiErr *sidecarclient.Error

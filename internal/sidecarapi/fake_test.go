@@ -18,6 +18,7 @@ type fakeService struct {
 	lock      func(lockID string) (sidecarclient.LockStatus, bool)
 	acquire   func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
 	release   func(ctx context.Context, lockID string) (sidecarclient.LockStatus, error)
+	yield     func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
 	subscribe func() (<-chan sidecarclient.Event, func())
 	healthy   func(ctx context.Context) error
 	ready     func() bool
@@ -66,6 +67,13 @@ func (f *fakeService) Acquire(ctx context.Context, lockID string, wait time.Dura
 		return sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock
 	}
 	return f.acquire(ctx, lockID, wait)
+}
+
+func (f *fakeService) Yield(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error) {
+	if !f.record("Yield", f.yield) {
+		return sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock
+	}
+	return f.yield(ctx, lockID, wait)
 }
 
 func (f *fakeService) Release(ctx context.Context, lockID string) (sidecarclient.LockStatus, error) {

@@ -48,6 +48,7 @@ func fuzzService(t *testing.T) *fakeService {
 		}
 		return answer(id)
 	}
+	f.yield = f.acquire
 	f.release = func(_ context.Context, id string) (sidecarclient.LockStatus, error) {
 		check(id)
 		return answer(id)
@@ -87,6 +88,8 @@ func FuzzHandler(f *testing.F) {
 		{"GET", "/v1/locks/%FF%FE", "", false},
 		{"GET", "/v1/locks/" + strings.Repeat("x", 257), "", false},
 		{"POST", "/v1/locks/a/acquire", "", false},
+		{"POST", "/v1/locks/a/yield", "", false},
+		{"POST", "/v1/locks/busy/yield", `{"wait":"5s"}`, false},
 		{"POST", "/v1/locks/a/acquire", `{"wait":"5s"}`, false},
 		{"POST", "/v1/locks/a/acquire?wait=5s", "", false},
 		{"POST", "/v1/locks/a/acquire?wait=5s", `{"wait":"5s"}`, false},

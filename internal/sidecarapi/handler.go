@@ -23,7 +23,7 @@ const (
 	maxLockIDBytes = 256
 	// routesHelp lists the routes in "no route" answers.
 	routesHelp = "GET /v1/locks, GET /v1/locks/{lockID}, POST /v1/locks/{lockID}/acquire, " +
-		"POST /v1/locks/{lockID}/release, GET /v1/events, GET /healthz, GET /readyz, GET /startupz"
+		"POST /v1/locks/{lockID}/release, POST /v1/locks/{lockID}/yield, GET /v1/events, GET /healthz, GET /readyz, GET /startupz"
 )
 
 // handler serves the API for one Service.
@@ -56,6 +56,7 @@ func NewHandler(svc Service, opts ...Option) (http.Handler, error) {
 	h.handle("GET /v1/locks/{lockID}", h.getLock)
 	h.handle("POST /v1/locks/{lockID}/acquire", h.acquire)
 	h.handle("POST /v1/locks/{lockID}/release", h.release)
+	h.handle("POST /v1/locks/{lockID}/yield", h.yield)
 	h.handle("GET /v1/events", h.events)
 	h.handle("GET /healthz", h.healthz)
 	h.handle("GET /readyz", h.readyz)
@@ -168,6 +169,25 @@ func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
 	st, err := h.svc.Acquire(r.Context(), id, wait)
 	if err != nil {
 		writeError(w, h.serviceError(r, "acquire", id, st, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (h *handler) yield(w http.ResponseWriter, r *http.Request) {
+	id, aerr := lockIDFrom(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	wait, aerr := h.parseWait(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	st, err := h.svc.Yield(r.Context(), id, wait)
+	if err != nil {
+		writeError(w, h.serviceError(r, "yield", id, st, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, st)

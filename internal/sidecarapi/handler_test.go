@@ -200,6 +200,25 @@ func TestHandlerRoutes(t *testing.T) {
 		{name: "acquire bad ID", method: "POST", target: "/v1/locks/a%01/acquire", status: 400, contain: []string{"control characters"}},
 		{name: "acquire GET", method: "GET", target: "/v1/locks/a/acquire", status: 405, allow: "POST", contain: []string{"use POST"}},
 
+		// POST /v1/locks/{lockID}/yield
+		{name: "yield", method: "POST", target: "/v1/locks/a/yield",
+			setup: func(t *testing.T, f *fakeService) {
+				f.yield = acquireWants(t, "a", 0, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateWaiting, Reason: "yielded"}, nil)
+			},
+			status: 200, contain: []string{`"state":"waiting"`, `"reason":"yielded"`}},
+		{name: "yield with a wait", method: "POST", target: "/v1/locks/a/yield", body: `{"wait":"30s"}`,
+			setup: func(t *testing.T, f *fakeService) {
+				f.yield = acquireWants(t, "a", 30*time.Second, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateHeld, Token: 9}, nil)
+			},
+			status: 200, contain: []string{`"state":"held"`, `"token":9`}},
+		{name: "yield not held", method: "POST", target: "/v1/locks/a/yield",
+			setup: func(t *testing.T, f *fakeService) {
+				f.yield = acquireWants(t, "a", 0, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateWaiting}, sidecarclient.ErrNotHeld)
+			},
+			status: 409, contain: []string{`"code":"not_held"`, "nothing to yield"}},
+		{name: "yield bad wait", method: "POST", target: "/v1/locks/a/yield?wait=soon", status: 400, contain: []string{"wait"}},
+		{name: "yield GET", method: "GET", target: "/v1/locks/a/yield", status: 405, allow: "POST", contain: []string{"use POST"}},
+
 		// POST /v1/locks/{lockID}/release
 		{name: "release", method: "POST", target: "/v1/locks/a/release",
 			setup:  func(t *testing.T, f *fakeService) { f.release = releaseWants(t, "a", idle, nil) },

@@ -21,6 +21,11 @@ type Service interface {
 	// Release (Try mode only) releases lockID. It returns sidecarclient.ErrUnknownLock,
 	// ErrNotTryMode or ErrNotHeld.
 	Release(ctx context.Context, lockID string) (sidecarclient.LockStatus, error)
+	// Yield releases lockID and queues again behind the waiters, so that the next one is granted
+	// now: in Blocking mode the sidecar takes its turn again by itself; in Try mode Yield then
+	// acquires again, waiting up to wait as Acquire does. It returns sidecarclient.ErrUnknownLock,
+	// ErrNotHeld, ErrShuttingDown, or (Try mode) ErrLocked when not granted again within wait.
+	Yield(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
 	// Subscribe registers for push notices. The channel closes on cancel or when the sidecar shuts
 	// down; cancel must be safe to call more than once and after shutdown. A subscriber that reads
 	// too slowly may miss events; how many are buffered is up to the implementation.

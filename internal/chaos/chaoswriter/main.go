@@ -1,10 +1,11 @@
 // Command chaoswriter is the program the chaos runs start under `baton run` (the run workload of
 // package chaos): while baton holds the lock for it, it writes to a fenced resource with the
 // token baton gave it, every 20 ms, for a while, and exits 0. SIGTERM (baton's, when the lock is
-// lost) ends it at once.
+// lost) ends it at once, unless CHAOS_IGNORE_TERM is set: then only SIGKILL does.
 //
 // Environment: BATON_TOKEN (from baton run), CHAOS_FENCED_URL (the resource's URL),
-// CHAOS_WRITER (its name in the resource's log), CHAOS_HOLD (how long to write, e.g. 1.5s).
+// CHAOS_WRITER (its name in the resource's log), CHAOS_HOLD (how long to write, e.g. 1.5s),
+// CHAOS_IGNORE_TERM.
 package main
 
 import (
@@ -40,8 +41,14 @@ func run() error {
 	if url == "" || writer == "" {
 		return fmt.Errorf("CHAOS_FENCED_URL (%q) and CHAOS_WRITER (%q) must be set", url, writer)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	ctx := context.Background()
+	if os.Getenv("CHAOS_IGNORE_TERM") == "" {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
+	} else {
+		signal.Ignore(syscall.SIGTERM) // a stubborn CMD: baton must kill it by the lease's deadline
+	}
 	ctx, cancel := context.WithTimeout(ctx, hold)
 	defer cancel()
 	client := fencedstore.NewClient(url, &http.Client{Timeout: time.Second})

@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/baton-dev/baton/sidecarclient"
+)
+
+// yield steps down: the sidecar releases the lock and queues again behind the waiters.
+func (p *program) yield(ctx context.Context, args []string) (int, error) {
+	fs := newFlagSet("yield")
+	socket := fs.String("socket", "", "the sidecar's API socket")
+	lockID := fs.String("lock", "", "the lock to yield")
+	wait := durationFlag(fs, "wait", 0, "Try mode: how long to wait to get the lock back")
+	if _, err := parseFlags(fs, "yield", args, false); err != nil {
+		return 0, err
+	}
+	path := p.socketPath(*socket)
+	if err := checkSocket("yield", path, " (or give --socket / BATON_SOCKET)"); err != nil {
+		return 0, err
+	}
+	c := sidecarclient.New(path)
+	id := *lockID
+	if id == "" {
+		ls, err := c.Locks(ctx)
+		if err != nil {
+			return ExitFailure, sidecarError(path, err)
+		}
+		var ids []string
+		for _, l := range ls {
+			ids = append(ids, l.LockID)
+		}
+		if len(ids) != 1 {
+			return 0, usagef("yield", "--lock is required: the pod declares %d locks (%s); name the one to yield", len(ids), strings.Join(ids, ", "))
+		}
+		id = ids[0]
+	}
+	st, err := c.Yield(ctx, id, *wait)
+	var ae *sidecarclient.Error
+	switch {
+	case err == nil:
+	case errors.Is(err, sidecarclient.ErrLocked):
+		return ExitTempFail, fmt.Errorf("yielded lock %q; not granted again within --wait %v", id, *wait)
+	case errors.Is(err, sidecarclient.ErrUnknownLock) && errors.As(err, &ae):
+		return 0, usagef("yield", "%s", ae.Message)
+	case errors.Is(err, sidecarclient.ErrNotHeld):
+		return ExitFailure, fmt.Errorf("lock %q is not held by this pod: nothing to yield", id)
+	case ctx.Err() != nil:
+		return ExitFailure, context.Cause(ctx)
+	default:
+		return ExitFailure, sidecarError(path, err)
+	}
+	switch st.State {
+	case sidecarclient.StateHeld:
+		fmt.Fprintf(p.stdout, "%s token %d\n", id, st.Token)
+	default:
+		fmt.Fprintf(p.stdout, "%s %s (%s)\n", id, st.State, st.Reason)
+	}
+	return ExitOK, nil
+}

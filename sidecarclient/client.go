@@ -68,13 +68,17 @@ func (c *Client) Lock(ctx context.Context, lockID string) (LockStatus, error) {
 // than ctx allows. When the lock is held elsewhere it returns an *Error matching ErrLocked whose
 // Lock field has the lock's status.
 func (c *Client) Acquire(ctx context.Context, lockID string, wait time.Duration) (LockStatus, error) {
-	var body any
-	if wait != 0 {
-		body = AcquireRequest{Wait: new(wait.String())}
-	}
 	var st LockStatus
-	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/acquire"), body, &st)
+	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/acquire"), waitBody(wait), &st)
 	return st, err
+}
+
+// waitBody is the body of a request that takes a wait: none for 0.
+func waitBody(wait time.Duration) any {
+	if wait == 0 {
+		return nil
+	}
+	return AcquireRequest{Wait: new(wait.String())}
 }
 
 // Release releases a Try-mode lock this pod holds.
@@ -89,12 +93,8 @@ func (c *Client) Release(ctx context.Context, lockID string) (LockStatus, error)
 // by itself and the answer comes once the lock is released; in Try mode the sidecar acquires
 // again, waiting up to wait (0: one try), and answers as Acquire does.
 func (c *Client) Yield(ctx context.Context, lockID string, wait time.Duration) (LockStatus, error) {
-	var body any
-	if wait != 0 {
-		body = AcquireRequest{Wait: new(wait.String())}
-	}
 	var st LockStatus
-	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/yield"), body, &st)
+	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/yield"), waitBody(wait), &st)
 	return st, err
 }
 

@@ -127,18 +127,11 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 
 	id := o.lockID
 	if id == "" {
-		ls, err := c.Locks(ctx)
+		only, code, err := onlyLock(ctx, c, o.socket, "run", "the one CMD needs")
 		if err != nil {
-			return ExitFailure, sidecarError(o.socket, err)
+			return code, err
 		}
-		var ids []string
-		for _, l := range ls {
-			ids = append(ids, l.LockID)
-		}
-		if len(ids) != 1 {
-			return 0, usagef("run", "--lock is required: the pod declares %d locks (%s); name the one CMD needs", len(ids), strings.Join(ids, ", "))
-		}
-		id = ids[0]
+		id = only
 	}
 
 	// 1. Try mode: ask the sidecar for the lock. Blocking mode answers ErrNotTryMode: the sidecar

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -84,4 +85,21 @@ func sidecarError(path string, err error) error {
 		return fmt.Errorf("cannot reach the sidecar (is it running?): %w", err)
 	}
 	return fmt.Errorf("cannot reach the sidecar at %s (is it running?): %w", path, err)
+}
+
+// onlyLock returns the pod's only declared lock, for a command (cmd) given no --lock; several
+// locks are a usage error that says which to name (what).
+func onlyLock(ctx context.Context, c *sidecarclient.Client, path, cmd, what string) (string, int, error) {
+	ls, err := c.Locks(ctx)
+	if err != nil {
+		return "", ExitFailure, sidecarError(path, err)
+	}
+	var ids []string
+	for _, l := range ls {
+		ids = append(ids, l.LockID)
+	}
+	if len(ids) != 1 {
+		return "", 0, usagef(cmd, "--lock is required: the pod declares %d locks (%s); name %s", len(ids), strings.Join(ids, ", "), what)
+	}
+	return ids[0], 0, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -25,18 +24,11 @@ func (p *program) yield(ctx context.Context, args []string) (int, error) {
 	c := sidecarclient.New(path)
 	id := *lockID
 	if id == "" {
-		ls, err := c.Locks(ctx)
+		only, code, err := onlyLock(ctx, c, path, "yield", "the one to yield")
 		if err != nil {
-			return ExitFailure, sidecarError(path, err)
+			return code, err
 		}
-		var ids []string
-		for _, l := range ls {
-			ids = append(ids, l.LockID)
-		}
-		if len(ids) != 1 {
-			return 0, usagef("yield", "--lock is required: the pod declares %d locks (%s); name the one to yield", len(ids), strings.Join(ids, ", "))
-		}
-		id = ids[0]
+		id = only
 	}
 	st, err := c.Yield(ctx, id, *wait)
 	var ae *sidecarclient.Error

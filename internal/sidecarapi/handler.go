@@ -1,6 +1,7 @@
 package sidecarapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,25 +157,17 @@ func (h *handler) getLock(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
-	id, aerr := lockIDFrom(r)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	wait, aerr := h.parseWait(w, r)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	st, err := h.svc.Acquire(r.Context(), id, wait)
-	if err != nil {
-		writeError(w, h.serviceError(r, "acquire", id, st, err))
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	h.withWait(w, r, "acquire", h.svc.Acquire)
 }
 
 func (h *handler) yield(w http.ResponseWriter, r *http.Request) {
+	h.withWait(w, r, "yield", h.svc.Yield)
+}
+
+// withWait serves a request on one lock that takes a wait (acquire, yield) with the Service's
+// method for it.
+func (h *handler) withWait(w http.ResponseWriter, r *http.Request, op string,
+	call func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)) {
 	id, aerr := lockIDFrom(r)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -185,9 +178,9 @@ func (h *handler) yield(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	st, err := h.svc.Yield(r.Context(), id, wait)
+	st, err := call(r.Context(), id, wait)
 	if err != nil {
-		writeError(w, h.serviceError(r, "yield", id, st, err))
+		writeError(w, h.serviceError(r, op, id, st, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, st)

@@ -457,11 +457,8 @@ func TestDeadHeadIsSkipped(t *testing.T) {
 // hold past the moment it stopped being valid.
 func TestLeaseEndedAt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mem := memstore.New()
-		clk := &testclock.Ahead{}
+		l, clk := aheadLocker()
 		wall := func() time.Time { return clk.Now() }
-		l, _ := lock.New(mem.Client(1, memstore.Faults{}), lock.Owner{Identity: "a", Incarnation: "1"},
-			lock.WithLease(3*time.Second), lock.WithRenewInterval(time.Second), lock.WithClock(clk), lock.WithWallClock(wall))
 		ctx := context.Background()
 
 		lease, err := l.Acquire(ctx, "x")
@@ -495,16 +492,23 @@ func TestLeaseEndedAt(t *testing.T) {
 	})
 }
 
+// aheadLocker returns a Locker (lease 3 s, renewals every second) on a fresh in-memory store
+// whose monotonic and wall clocks are one clock the test can move ahead.
+func aheadLocker() (*lock.Locker, *testclock.Ahead) {
+	clk := &testclock.Ahead{}
+	l, _ := lock.New(memstore.New().Client(1, memstore.Faults{}), lock.Owner{Identity: "a", Incarnation: "1"},
+		lock.WithLease(3*time.Second), lock.WithRenewInterval(time.Second), lock.WithClock(clk),
+		lock.WithWallClock(func() time.Time { return clk.Now() }))
+	return l, clk
+}
+
 // TestLeaseDeadline: the deadline is the last successful write's send time plus the lease less
 // the safety margin; renewals move it forward; a lease that ended keeps its last deadline, which
 // is also when it ended if it lapsed.
 func TestLeaseDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mem := memstore.New()
-		clk := &testclock.Ahead{}
+		l, clk := aheadLocker()
 		wall := func() time.Time { return clk.Now() }
-		l, _ := lock.New(mem.Client(1, memstore.Faults{}), lock.Owner{Identity: "a", Incarnation: "1"},
-			lock.WithLease(3*time.Second), lock.WithRenewInterval(time.Second), lock.WithClock(clk), lock.WithWallClock(wall))
 		ctx := context.Background()
 		lease, err := l.Acquire(ctx, "x")
 		if err != nil {

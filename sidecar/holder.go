@@ -437,10 +437,10 @@ func (h *Holder) Release(ctx context.Context, id string) (sidecarclient.LockStat
 // and Yield answers once the lock is released; in Try mode Yield then acquires again, waiting up
 // to wait as Acquire does.
 func (h *Holder) Yield(ctx context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
-	s, ok := h.locks[id]
-	if !ok {
-		return sidecarclient.LockStatus{}, fmt.Errorf("%w: %q is not declared (declared: %s)", sidecarclient.ErrUnknownLock, id, strings.Join(h.opts.LockIDs, ", "))
+	if err := h.declared(id); err != nil {
+		return sidecarclient.LockStatus{}, err
 	}
+	s := h.locks[id]
 	h.mu.Lock()
 	lease, stopping := s.lease, h.stopping
 	h.mu.Unlock()
@@ -494,11 +494,19 @@ func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease) erro
 }
 
 func (h *Holder) tryModeLock(id string) error {
-	if _, ok := h.locks[id]; !ok {
-		return fmt.Errorf("%w: %q is not declared (declared: %s)", sidecarclient.ErrUnknownLock, id, strings.Join(h.opts.LockIDs, ", "))
+	if err := h.declared(id); err != nil {
+		return err
 	}
 	if h.opts.Mode != batonv1.ModeTry {
 		return fmt.Errorf("%w: %s is held by the sidecar in %s mode", sidecarclient.ErrNotTryMode, id, h.opts.Mode)
+	}
+	return nil
+}
+
+// declared returns ErrUnknownLock, listing the declared locks, unless id is one of them.
+func (h *Holder) declared(id string) error {
+	if _, ok := h.locks[id]; !ok {
+		return fmt.Errorf("%w: %q is not declared (declared: %s)", sidecarclient.ErrUnknownLock, id, strings.Join(h.opts.LockIDs, ", "))
 	}
 	return nil
 }

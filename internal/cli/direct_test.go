@@ -139,16 +139,7 @@ func TestDirectRunStopsChildWhenLeaseEnds(t *testing.T) {
 	}, "the run to hold the lock")
 	tok := token(t, inv)
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	store, err := cassandrastore.New(ctx, single.Session(t), cassandrastore.WithKeyspace(testKeyspace))
-	if err != nil {
-		t.Fatal(err)
-	}
-	revoked := time.Now()
-	if err := lock.Revoke(ctx, store, lockID, tok); err != nil {
-		t.Fatalf("Revoke: %v", err)
-	}
+	revoked := revoke(t, lockID, tok)
 	if code := inv.wait(t, 30*time.Second); code != ExitTempFail {
 		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
 	}
@@ -245,16 +236,7 @@ func TestDirectRunKillsTheChildsGroupByTheDeadline(t *testing.T) {
 		return err == nil && strings.HasSuffix(inv.stdout.String(), "\n")
 	}, "the run to hold the lock")
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	store, err := cassandrastore.New(ctx, single.Session(t), cassandrastore.WithKeyspace(testKeyspace))
-	if err != nil {
-		t.Fatal(err)
-	}
-	revoked := time.Now()
-	if err := lock.Revoke(ctx, store, lockID, tok); err != nil {
-		t.Fatalf("Revoke: %v", err)
-	}
+	revoked := revoke(t, lockID, tok)
 	if code := inv.wait(t, 30*time.Second); code != ExitTempFail {
 		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
 	}
@@ -285,4 +267,20 @@ func running(pid int) bool {
 	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
 	fields := strings.Fields(rest)
 	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
+}
+
+// revoke revokes lockID's grant of tok as an operator does, and returns when.
+func revoke(t *testing.T, lockID string, tok int64) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := cassandrastore.New(ctx, single.Session(t), cassandrastore.WithKeyspace(testKeyspace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	if err := lock.Revoke(ctx, store, lockID, tok); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	return revoked
 }

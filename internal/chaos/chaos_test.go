@@ -27,10 +27,10 @@ import (
 var (
 	// The defaults are make test's slice (see the Makefile); make chaos runs every class, more
 	// runs, longer.
-	runsFlag      = flag.Int("chaos.runs", 1, "runs per fault class and workload")
-	durationFlag  = flag.Duration("chaos.duration", 12*time.Second, "how long the nemesis works in each run")
-	seedFlag      = flag.Uint64("chaos.seed", 1, "seed of the first run; run i uses seed+i (a failing run prints its seed)")
-	classesFlag   = flag.String("chaos.classes", chaos.ClassMixed, "comma-separated fault classes: "+strings.Join(chaos.Classes, ", "))
+	runsFlag     = flag.Int("chaos.runs", 1, "runs per fault class and workload")
+	durationFlag = flag.Duration("chaos.duration", 12*time.Second, "how long the nemesis works in each run")
+	seedFlag     = flag.Uint64("chaos.seed", 1, "seed of the first run; run i uses seed+i (a failing run prints its seed)")
+	classesFlag  = flag.String("chaos.classes", chaos.ClassMixed, "comma-separated fault classes: "+strings.Join(chaos.Classes, ", "))
 	// make test leaves out the run workload until its known liveness issue is fixed (killed baton
 	// run waiters leave queue entries behind: docs/reliability.md); make chaos runs all three.
 	workloadsFlag = flag.String("chaos.workloads", chaos.WorkloadHold+","+chaos.WorkloadCycle, "comma-separated workloads: "+strings.Join(chaos.Workloads, ", "))

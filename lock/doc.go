@@ -29,7 +29,8 @@
 //  5. A write whose outcome is unknown is settled by a linearizable read before anything is
 //     reported; conditional writes are never retried blindly.
 //  6. The queue gives fairness, not safety: waiters append their own entries, only the head
-//     contends, entries of dead waiters age out.
+//     contends, entries of dead waiters age out, and waiters behind an entry that stopped being
+//     refreshed remove it sooner.
 //  7. Owners are unique (identity plus random incarnation). A grant is taken over without waiting
 //     only when it is the Locker's own ended grant, or, with WithZeroWaitRestart, a grant of a dead
 //     earlier incarnation of its identity (zero-wait restart). A revoked grant never is.

@@ -15,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/internal/testclock"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
@@ -300,15 +301,28 @@ func TestDeepWaiterDoesNotRewriteEntryEveryPoll(t *testing.T) {
 		ctx := context.Background()
 		filler := mem.Client(1, memstore.Faults{})
 		base := time.Now().Add(-time.Minute).UnixMicro()
-		for i := range 1100 {
-			if err := filler.Enqueue(ctx, "x", lock.QueueEntry{Enqueued: base + int64(i), Owner: fmt.Sprintf("w%04d#1", i)}, time.Hour); err != nil {
-				t.Fatal(err)
-			}
-		}
-		store := &enqueueCounter{Store: mem.Client(2, fastFaults)}
-		l, _ := lock.New(store, lock.Owner{Identity: "deep", Incarnation: "1"}) // defaults: TTL 10s
 		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		defer cancel()
+		// The 1,100 waiters ahead are alive: they refresh their entries every TTL/3, so that
+		// nobody counts them dead (dropDead).
+		refresh := func() {
+			for i := range 1100 {
+				if err := filler.Enqueue(ctx, "x", lock.QueueEntry{Enqueued: base + int64(i), Owner: fmt.Sprintf("w%04d#1", i)}, 10*time.Second); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+		refresh()
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() {
+			for ctxtime.Sleep(wctx, 3*time.Second) == nil {
+				refresh()
+			}
+		})
+		store := &enqueueCounter{Store: mem.Client(2, fastFaults)}
+		l, _ := lock.New(store, lock.Owner{Identity: "deep", Incarnation: "1"}) // defaults: TTL 10s
 		if _, err := l.Acquire(wctx, "x"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire behind 1,100 waiters: %v", err)
 		}
@@ -593,6 +607,107 @@ func TestHoldersLeftoverEntryIsSkipped(t *testing.T) {
 			t.Fatal("the waiter behind the leftover entry was not granted within a minute")
 		}
 	})
+}
+
+// TestDeadWaitersAreSkipped: two waiters queued behind the holder die, and a live waiter and then
+// another queue behind them. Nobody is next in line behind a dead head (the live waiters are
+// second and third), so only the dead entries' Written stamps tell that their waiters stopped
+// refreshing them: the live waiters remove them and are granted in their order within
+// staleEntryAfter (10 s + 2 s with this TTL) of the deaths, where without that they wait until the
+// entries age out 30 s after their last refresh (WithoutDeadWaiterSkip, which must miss the bound).
+//
+// In holder-dies-too the holder crashes with them (lease 15 s): the live waiters start observing
+// its record while the dead entries are still ahead, so the first is granted about a lease after
+// it began watching, not a lease after the entries are gone (12 s later).
+func TestDeadWaitersAreSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		holderDies bool
+		bound      time.Duration
+		skip       bool
+		extra      []lock.Option
+	}{
+		{"skip", false, 16 * time.Second, true, nil},
+		{"without-skip", false, 16 * time.Second, false, []lock.Option{lock.WithoutDeadWaiterSkip()}},
+		{"holder-dies-too", true, 21 * time.Second, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := memstore.New()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				newLocker := func(client uint64, name string) (*lock.Locker, *memstore.Client) {
+					c := mem.Client(client, fastFaults)
+					l, err := lock.New(c, lock.Owner{Identity: name, Incarnation: "1"}, append([]lock.Option{lock.WithQueueEntryTTL(30 * time.Second)}, tc.extra...)...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return l, c
+				}
+				holder, holderClient := newLocker(1, "holder")
+				held, err := holder.Acquire(ctx, "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				defer wg.Wait()
+				defer cancel()
+				var dead []*memstore.Client
+				for i := range 2 {
+					l, c := newLocker(uint64(2+i), fmt.Sprintf("dead-%d", i))
+					dead = append(dead, c)
+					wg.Go(func() {
+						if l, err := l.Acquire(ctx, "x"); err == nil {
+							t.Errorf("a dead waiter was granted token %d", l.Token())
+						}
+					})
+					time.Sleep(100 * time.Millisecond)
+				}
+				live, _ := newLocker(4, "live")
+				liveGot, liveDone := grantTime(ctx, t, live, "x")
+				time.Sleep(100 * time.Millisecond)
+				next, _ := newLocker(5, "next")
+				nextGot, nextDone := grantTime(ctx, t, next, "x")
+				defer func() { cancel(); <-liveDone; <-nextDone }()
+				time.Sleep(time.Second)
+				for _, c := range dead {
+					c.Crash()
+				}
+				if tc.holderDies {
+					defer func() { _ = held.Release(context.Background()) }() // returns once its goroutines gave up
+					holderClient.Crash()
+				}
+				died := time.Now()
+				time.Sleep(time.Second)
+				if !tc.holderDies {
+					if err := held.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				timeout := time.After(time.Minute)
+				var at [2]time.Time
+				for i, got := range []<-chan time.Time{liveGot, nextGot} {
+					select {
+					case g, ok := <-got:
+						if !ok {
+							return
+						}
+						at[i] = g
+					case <-timeout:
+						t.Fatal("the waiters behind dead ones were not granted within a minute")
+					}
+				}
+				if !at[0].Before(at[1]) {
+					t.Errorf("granted out of queue order: live at %v, next at %v", at[0].Sub(died), at[1].Sub(died))
+				}
+				within := at[1].Sub(died) <= tc.bound
+				t.Logf("granted %v and %v after the deaths", at[0].Sub(died), at[1].Sub(died))
+				if within != tc.skip {
+					t.Errorf("granted %v after the deaths; want within %v: %v", at[1].Sub(died), tc.bound, tc.skip)
+				}
+			})
+		})
+	}
 }
 
 // grantTime acquires lockID with l in the background. got yields when it was granted, or closes

@@ -53,3 +53,9 @@ func WithoutFairnessGuard() Option {
 func WithoutWholeQueueReads() Option {
 	return func(o *options) { o.mutations |= mutNoWholeQueueReads }
 }
+
+// WithoutDeadWaiterSkip makes waiters count every entry ahead of them until it ages out, so that
+// the dead-waiter test can show it would fail without dropDead.
+func WithoutDeadWaiterSkip() Option {
+	return func(o *options) { o.mutations |= mutNoDeadWaiters }
+}

@@ -243,6 +243,9 @@ type acquisition struct {
 	grantable      Record
 	grantableSince time.Time
 
+	sightings  map[queueKey]sighting // entries ahead of us by their Written stamps (dropDead)
+	quietAhead bool                  // every entry ahead of us has gone unrewritten for deadHeadAfter
+
 	hintAddr string      // where we listen for hints; written into our queue entry
 	hints    <-chan Hint // hints for our queue entry
 	budget   hintBudget  // how many hints we may still act on
@@ -382,6 +385,7 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 	if err != nil {
 		return nil, 0, fmt.Errorf("lock %s: reading queue: %w", a.lockID, err)
 	}
+	queue = a.dropDead(ctx, now, l.opts.clock.Now(), queue)
 	a.readQueue(now, queue)
 	ahead, found := position(queue, a.entry, l.owner)
 	a.followHead(now, queue, ahead)
@@ -551,10 +555,17 @@ func (a *acquisition) followHead(now time.Time, queue []QueueEntry, ahead int) {
 }
 
 // watchingHead reports whether we are next in line behind a head that has been the head for
-// deadHeadAfter.
+// deadHeadAfter, or behind entries that have all gone unrewritten that long (quietAhead, see
+// dropDead).
 func (a *acquisition) watchingHead(now time.Time) bool {
-	return a.block && a.queued && a.ahead == 1 && a.head.Enqueued != 0 && now.Sub(a.headSince) >= a.l.opts.deadHeadAfter()
+	if !a.block || !a.queued || a.ahead < 1 {
+		return false
+	}
+	return a.quietAhead || a.nextInLine() && now.Sub(a.headSince) >= a.l.opts.deadHeadAfter()
 }
+
+// nextInLine reports whether we were next in line behind a known head at our last queue read.
+func (a *acquisition) nextInLine() bool { return a.ahead == 1 && a.head.Enqueued != 0 }
 
 // watchHead reads the owner record in place of a queue read, and contends as the head when the
 // head has left a grantable record untaken for deadHeadFree.
@@ -567,6 +578,15 @@ func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, err
 		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
 	}
 	received := l.opts.clock.Now()
+	if r.ok && r.rec.Held() {
+		// Start (or go on with) our observation of a held record now: if its holder is dead as
+		// well, we may take it over as soon as we are the head, not a lease after (rule 3 asks
+		// for the observation, not for being the head while it runs).
+		l.observe(a.lockID, r.rec, received)
+	}
+	if !a.nextInLine() {
+		return nil, nextInLine, nil // dropDead, not the head watch, removes entries ahead of us
+	}
 	if r.ok && r.rec.Held() && r.rec.Owner == a.head.Owner {
 		// The head's entry is the holder's own, left behind by its grant (removing it failed): the
 		// holder is not waiting, so we are the head. Remove the entry and contend as the head,

@@ -36,6 +36,9 @@ const (
 	// mutNoWholeQueueReads: queue reads stay bounded after the first (no whole-queue read every
 	// fullQueueReadEvery). Unfair, not unsafe: the skewed-waiter test uses it (WithoutWholeQueueReads).
 	mutNoWholeQueueReads
+	// mutNoDeadWaiters: waiters count every entry ahead of them until it ages out, refreshed or
+	// not (no dropDead). Unfair, not unsafe: the dead-waiter test uses it (WithoutDeadWaiterSkip).
+	mutNoDeadWaiters
 )
 
 func (m mutations) has(x mutations) bool { return m&x != 0 }

@@ -88,8 +88,9 @@ func WithWaiterPollInterval(d time.Duration) Option {
 }
 
 // WithQueueEntryTTL sets how long the queue entry of a waiter that stopped refreshing it (because it
-// died) keeps blocking the waiters behind it. Waiters rewrite their entry every TTL/3. Default 10s;
-// at least 2s, in whole seconds.
+// died) lives on. Waiters rewrite their entry every TTL/3, and the waiters behind an entry remove it
+// once it has gone unrewritten for TTL/3 plus two waiter polls (docs/design.md, "Dead waiters").
+// Default 10s; at least 2s, in whole seconds.
 func WithQueueEntryTTL(d time.Duration) Option {
 	return func(o *options) { o.queueEntryTTL = d; o.positive("WithQueueEntryTTL", d) }
 }

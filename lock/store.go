@@ -53,7 +53,7 @@ func (r Record) olderThan(o Record) bool {
 
 // QueueEntry is one waiter in a lock's queue. Entries sort by (Enqueued, Owner), the order of the
 // original algorithm's zero-padded "microseconds + thread id" queue columns (docs/design.md), and
-// are identified by that pair: Hint is what the entry carries, not part of its name.
+// are identified by that pair: Hint and Written are what the entry carries, not part of its name.
 type QueueEntry struct {
 	// Enqueued is the waiter's wall-clock enqueue time in microseconds since the Unix epoch.
 	Enqueued int64
@@ -62,6 +62,11 @@ type QueueEntry struct {
 	// Hint is the address at which the waiter listens for hand-off hints (see Hinter), "" when it
 	// does not listen.
 	Hint string
+	// Written is an opaque stamp of the entry's last write that changes with every write (in
+	// Cassandra the write time of the entry's row), 0 when the store cannot say. Waiters behind
+	// an entry tell from it whether its waiter still refreshes the entry (docs/design.md, "Dead
+	// waiters"). Queue fills it in; Enqueue ignores it.
+	Written int64
 }
 
 // Same reports whether e and o name the same queue entry: same enqueue time and owner.
@@ -103,7 +108,7 @@ type Store interface {
 	// not an error.
 	Dequeue(ctx context.Context, lockID string, e QueueEntry) error
 	// Queue returns up to limit live entries of the lock's queue whose Enqueued is at least from,
-	// in queue order, with their Hints; from 0 reads the queue from its start. A bounded read need
+	// in queue order, with their Hints and Written stamps; from 0 reads the queue from its start. A bounded read need
 	// not pass over the entries (and, in Cassandra, the tombstones of removed entries) before from.
 	Queue(ctx context.Context, lockID string, from int64, limit int) ([]QueueEntry, error)
 }

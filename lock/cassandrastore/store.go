@@ -96,7 +96,9 @@ func New(ctx context.Context, session *gocql.Session, opts ...Option) (*Store, e
 	s.qQueue = fmt.Sprintf(`SELECT enqueued, owner FROM %s.lock_queue WHERE lock_id = ? AND enqueued >= ? LIMIT ?`, ks)
 	if hints {
 		s.qEnqueue = fmt.Sprintf(`INSERT INTO %s.lock_queue (lock_id, enqueued, owner, hint) VALUES (?, ?, ?, ?) USING TTL ?`, ks)
-		s.qQueue = fmt.Sprintf(`SELECT enqueued, owner, hint FROM %s.lock_queue WHERE lock_id = ? AND enqueued >= ? LIMIT ?`, ks)
+		// The hint column's write time changes with every write of the entry (a refresh rewrites
+		// the hint too): lock.QueueEntry's Written stamp. It is only compared with itself.
+		s.qQueue = fmt.Sprintf(`SELECT enqueued, owner, hint, WRITETIME(hint) FROM %s.lock_queue WHERE lock_id = ? AND enqueued >= ? LIMIT ?`, ks)
 	}
 	s.hints = hints
 	s.qDequeue = fmt.Sprintf(`DELETE FROM %s.lock_queue WHERE lock_id = ? AND enqueued = ? AND owner = ?`, ks)
@@ -190,11 +192,11 @@ func (s *Store) Queue(ctx context.Context, lockID string, from int64, limit int)
 		dest = []any{&e.Enqueued, &e.Owner}
 	)
 	if s.hints {
-		dest = append(dest, &e.Hint)
+		dest = append(dest, &e.Hint, &e.Written)
 	}
 	for iter.Scan(dest...) {
 		out = append(out, e)
-		e.Hint = ""
+		e.Hint, e.Written = "", 0
 	}
 	if err := iter.Close(); err != nil {
 		return nil, fmt.Errorf("cassandrastore: reading queue: %w", err)

@@ -33,6 +33,7 @@ type Store struct {
 	queues  map[string]map[queueKey]queued
 	history []Event
 	nextID  int
+	writes  int64 // queue writes so far: the next entry's Written stamp
 	stats   Stats
 }
 
@@ -42,9 +43,11 @@ type queueKey struct {
 	owner    string
 }
 
-// queued is a live queue entry: its hint address and when it expires.
+// queued is a live queue entry: its hint address, the stamp of its last write (lock.QueueEntry's
+// Written) and when it expires.
 type queued struct {
 	hint    string
+	written int64
 	expires time.Time
 }
 
@@ -435,7 +438,8 @@ func (c *Client) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, 
 			q = make(map[queueKey]queued)
 			c.s.queues[lockID] = q
 		}
-		q[queueKey{e.Enqueued, e.Owner}] = queued{hint: e.Hint, expires: time.Now().Add(ttl)}
+		c.s.writes++
+		q[queueKey{e.Enqueued, e.Owner}] = queued{hint: e.Hint, written: c.s.writes, expires: time.Now().Add(ttl)}
 	})
 }
 
@@ -460,7 +464,7 @@ func (c *Client) Queue(ctx context.Context, lockID string, from int64, limit int
 			case !now.Before(e.expires):
 				delete(c.s.queues[lockID], k)
 			case k.enqueued >= from:
-				out = append(out, lock.QueueEntry{Enqueued: k.enqueued, Owner: k.owner, Hint: e.hint})
+				out = append(out, lock.QueueEntry{Enqueued: k.enqueued, Owner: k.owner, Hint: e.hint, Written: e.written})
 			}
 		}
 	})

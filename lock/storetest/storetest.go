@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) lock.Store) {
 	t.Run("CompareAndSwapComparesTheWholeCondition", func(t *testing.T) { casCompares(t, newStore(t)) })
 	t.Run("QueueOrderAndLimit", func(t *testing.T) { queueOrder(t, newStore(t)) })
 	t.Run("DequeueRemovesOneEntry", func(t *testing.T) { dequeue(t, newStore(t)) })
+	t.Run("QueueWrittenChangesWithEveryWrite", func(t *testing.T) { queueWritten(t, newStore(t)) })
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -116,17 +117,18 @@ func queueOrder(t *testing.T, s lock.Store) {
 		return 1
 	})
 	got, err := s.Queue(ctx, id, 0, 10)
+	got = unstamped(got)
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("Queue: %v, %v; want %v (by enqueue time, then owner)", got, err, want)
 	}
-	if got, err := s.Queue(ctx, id, 0, 2); err != nil || !slices.Equal(got, want[:2]) {
+	if got, err := s.Queue(ctx, id, 0, 2); err != nil || !slices.Equal(unstamped(got), want[:2]) {
 		t.Fatalf("Queue with limit 2: %v, %v; want %v", got, err, want[:2])
 	}
 	// A bounded read starts at the first entry enqueued at or after from.
-	if got, err := s.Queue(ctx, id, 20, 10); err != nil || !slices.Equal(got, want[2:]) {
+	if got, err := s.Queue(ctx, id, 20, 10); err != nil || !slices.Equal(unstamped(got), want[2:]) {
 		t.Fatalf("Queue from 20: %v, %v; want %v", got, err, want[2:])
 	}
-	if got, err := s.Queue(ctx, id, 11, 1); err != nil || !slices.Equal(got, want[2:3]) {
+	if got, err := s.Queue(ctx, id, 11, 1); err != nil || !slices.Equal(unstamped(got), want[2:3]) {
 		t.Fatalf("Queue from 11 with limit 1: %v, %v; want %v", got, err, want[2:3])
 	}
 	if got, err := s.Queue(ctx, id, 31, 10); err != nil || len(got) != 0 {
@@ -139,6 +141,7 @@ func queueOrder(t *testing.T, s lock.Store) {
 		t.Fatal(err)
 	}
 	got, err = s.Queue(ctx, id, 0, 10)
+	got = unstamped(got)
 	if err != nil || len(got) != len(entries) || got[len(got)-1] != moved {
 		t.Fatalf("after a refresh: %v, %v; want %d entries, the last %v", got, err, len(entries), moved)
 	}
@@ -159,9 +162,61 @@ func dequeue(t *testing.T, s lock.Store) {
 	if err := s.Dequeue(ctx, id, a); err != nil {
 		t.Errorf("removing a missing entry: %v", err)
 	}
-	if got, err := s.Queue(ctx, id, 0, 10); err != nil || !slices.Equal(got, []lock.QueueEntry{b}) {
+	if got, err := s.Queue(ctx, id, 0, 10); err != nil || !slices.Equal(unstamped(got), []lock.QueueEntry{b}) {
 		t.Fatalf("Queue: %v, %v; want [%v]", got, err, b)
 	}
+}
+
+// queueWritten: every write of an entry, and nothing else, changes its Written stamp, whether or
+// not it carries a hint address. Waiters tell a dead waiter's entry by a stamp that stays.
+func queueWritten(t *testing.T, s lock.Store) {
+	ctx, id := ctxFor(t), lockID()
+	entries := []lock.QueueEntry{{Enqueued: 1, Owner: "a", Hint: "198.18.0.1:9465"}, {Enqueued: 2, Owner: "b"}}
+	read := func() []lock.QueueEntry {
+		t.Helper()
+		got, err := s.Queue(ctx, id, 0, 10)
+		if err != nil || len(got) != len(entries) {
+			t.Fatalf("Queue: %v, %v; want %d entries", got, err, len(entries))
+		}
+		return got
+	}
+	for _, e := range entries {
+		if err := s.Enqueue(ctx, id, e, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := read()
+	for _, e := range first {
+		if e.Written == 0 {
+			t.Fatalf("entry %v has no Written stamp", e)
+		}
+	}
+	if again := read(); !slices.Equal(again, first) {
+		t.Fatalf("a second read without a write: %v; want %v", again, first)
+	}
+	for i, e := range entries {
+		if err := s.Enqueue(ctx, id, e, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		after := read()
+		if after[i].Written == first[i].Written {
+			t.Errorf("entry %v: Written %d unchanged by a rewrite", e, after[i].Written)
+		}
+		for j := range entries {
+			if j > i && after[j].Written != first[j].Written {
+				t.Errorf("entry %v: Written changed from %d to %d by a write of another entry", entries[j], first[j].Written, after[j].Written)
+			}
+		}
+	}
+}
+
+// unstamped returns entries without their Written stamps, for comparisons with entries as written.
+func unstamped(entries []lock.QueueEntry) []lock.QueueEntry {
+	out := slices.Clone(entries)
+	for i := range out {
+		out[i].Written = 0
+	}
+	return out
 }
 
 // sameRecord compares what the lock decides on; the display-only times are left out.

@@ -118,14 +118,19 @@ func (c *Client) Ready(ctx context.Context) (bool, error) {
 // sidecar sent them; it closes when the stream ends. The second channel then yields the error that
 // ended the stream, if any (ctx.Err() after cancellation, an *Error if the server refused), and
 // closes; a stream the sidecar ended cleanly (it is shutting down: assume every lock lost) yields
-// no error. The goroutine reading the stream stops when ctx is done.
+// no error. The goroutine reading the stream stops when ctx is done. Events returns before the
+// subscription is made; Subscribe returns after.
 func (c *Client) Events(ctx context.Context) (<-chan Event, <-chan error) {
 	events := make(chan Event)
 	errs := make(chan error, 1)
 	go func() {
 		defer close(errs)
 		defer close(events)
-		if err := c.streamEvents(ctx, events); err != nil {
+		resp, err := c.subscribe(ctx)
+		if err == nil {
+			err = readEvents(ctx, resp, events)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				err = ctx.Err()
 			}
@@ -135,18 +140,52 @@ func (c *Client) Events(ctx context.Context) (<-chan Event, <-chan error) {
 	return events, errs
 }
 
-func (c *Client) streamEvents(ctx context.Context, events chan<- Event) error {
+// Subscribe is Events, returning once the sidecar has taken the subscription, or with the error
+// that kept it from being made (the sidecar is not up yet, or refused it). Every event the
+// sidecar publishes after Subscribe returns arrives on the channel, so an application that
+// subscribes before it acquires, yields or releases sees each acquired, released and lost event
+// of its own calls, unless the stream ends (see Events), after which it subscribes again.
+func (c *Client) Subscribe(ctx context.Context) (<-chan Event, <-chan error, error) {
+	resp, err := c.subscribe(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	events := make(chan Event)
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		defer close(events)
+		if err := readEvents(ctx, resp, events); err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			errs <- err
+		}
+	}()
+	return events, errs, nil
+}
+
+// subscribe opens the event stream. The sidecar sends its headers once the subscription is
+// registered, so when subscribe returns every later event is on the stream.
+func (c *Client) subscribe(ctx context.Context) (*http.Response, error) {
 	resp, err := c.send(ctx, http.MethodGet, "/v1/events", nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer drainClose(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return readError(resp)
+		defer drainClose(resp.Body)
+		return nil, readError(resp)
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return fmt.Errorf("baton: event stream has Content-Type %q, want text/event-stream", ct)
+		drainClose(resp.Body)
+		return nil, fmt.Errorf("baton: event stream has Content-Type %q, want text/event-stream", ct)
 	}
+	return resp, nil
+}
+
+// readEvents sends the events of the stream resp to events until it ends, and closes resp.
+func readEvents(ctx context.Context, resp *http.Response, events chan<- Event) error {
+	defer drainClose(resp.Body)
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 4096), maxEventLine)
 	var name string

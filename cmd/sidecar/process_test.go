@@ -58,6 +58,7 @@ var schemaOnce sync.Once
 // sidecarProc is one running sidecar process.
 type sidecarProc struct {
 	name   string
+	socket string
 	cmd    *exec.Cmd
 	client *sidecarclient.Client
 	out    *testenv.SyncBuffer
@@ -69,7 +70,7 @@ func startSidecar(t *testing.T, ns, name string, extraEnv ...string) *sidecarPro
 	t.Helper()
 	cl := storeReady(t)
 	socket := filepath.Join(t.TempDir(), name+".sock")
-	p := &sidecarProc{name: name, out: &testenv.SyncBuffer{}, exited: make(chan error, 1), client: sidecarclient.New(socket)}
+	p := &sidecarProc{name: name, socket: socket, out: &testenv.SyncBuffer{}, exited: make(chan error, 1), client: sidecarclient.New(socket)}
 	p.cmd = exec.Command(binary)
 	p.cmd.Env = append(os.Environ(),
 		"BATON_LOCK_IDS=orders", "BATON_CASSANDRA_HOSTS="+strings.Join(cl.Hosts(), ","),

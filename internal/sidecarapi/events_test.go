@@ -86,6 +86,44 @@ func TestEventsOverUnixSocket(t *testing.T) {
 	waitFor(t, feed.cancelled, "the handler to cancel its subscription")
 }
 
+// TestSubscribeReturnsOnceSubscribed: Subscribe returns only after the sidecar registered the
+// subscription, so an event published right after it arrives; a sidecar that is not up is an error
+// at once, not a stream that ends.
+func TestSubscribeReturnsOnceSubscribed(t *testing.T) {
+	f := &fakeService{t: t}
+	feed := newEventFeed(f)
+	c, socket := serveUnix(t, f)
+
+	events, errs, err := c.Subscribe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-feed.subscribed:
+	default:
+		t.Fatal("Subscribe returned before the sidecar took the subscription")
+	}
+	want := sidecarclient.Event{Type: sidecarclient.EventReleased, LockID: "a", Token: 3, Time: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	go func() {
+		feed.ch <- want
+		close(feed.ch)
+	}()
+	var got []sidecarclient.Event
+	for ev := range events {
+		got = append(got, ev)
+	}
+	if len(got) != 1 || got[0].Type != want.Type || got[0].Token != want.Token || !got[0].Time.Equal(want.Time) {
+		t.Errorf("events %+v, want [%+v]", got, want)
+	}
+	if err, ok := <-errs; ok {
+		t.Errorf("clean end of stream reported error %v", err)
+	}
+
+	if _, _, err := sidecarclient.New(socket+".missing").Subscribe(t.Context()); err == nil {
+		t.Error("Subscribe to a socket nobody serves: no error")
+	}
+}
+
 func TestEventsKeepAliveAndClientGone(t *testing.T) {
 	f := &fakeService{t: t}
 	feed := newEventFeed(f)

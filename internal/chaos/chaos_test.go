@@ -124,10 +124,14 @@ func TestChaos(t *testing.T) {
 						}
 						return logs[process]
 					}
-					res := runOne(t, cfg)
+					res, problems := runOne(t, cfg)
 					row.add(res)
-					if t.Failed() || *reportFlag {
+					if len(problems) > 0 || *reportFlag {
 						report(t, res, logs)
+					}
+					// Last, so that they end the output (CI shows its tail).
+					for _, p := range problems {
+						t.Error(p)
 					}
 				})
 			}
@@ -137,8 +141,8 @@ func TestChaos(t *testing.T) {
 	t.Logf("lease %v, %d processes, %v of faults per run\n%s", lease, *processesFlag, *durationFlag, table(rows))
 }
 
-// runOne runs cfg and fails t on what the run found.
-func runOne(t *testing.T, cfg chaos.Config) chaos.Result {
+// runOne runs cfg and returns what the run found wrong, each with the flags that replay it.
+func runOne(t *testing.T, cfg chaos.Config) (chaos.Result, []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+10*time.Minute)
 	defer cancel()
@@ -152,21 +156,22 @@ func runOne(t *testing.T, cfg chaos.Config) chaos.Result {
 	t.Logf("class %s workload %s seed %d: %d holds, %d faults, %d writes accepted, %d stale writes rejected, hand-off p50 %v, failover p50 %v",
 		cfg.Class, cfg.Workload, cfg.Seed, len(res.History.Holds), res.Faults, res.Accepted, res.Rejected,
 		chaos.Quantile(res.Timings.Handoffs, 0.5), chaos.Quantile(res.Timings.Failovers, 0.5))
-	replay := fmt.Sprintf("-chaos.classes=%s -chaos.workloads=%s -chaos.seed=%d -chaos.runs=1 -chaos.duration=%v",
+	replay := fmt.Sprintf("replay with -chaos.classes=%s -chaos.workloads=%s -chaos.seed=%d -chaos.runs=1 -chaos.duration=%v",
 		cfg.Class, cfg.Workload, cfg.Seed, cfg.Duration)
+	var problems []string
 	for _, a := range res.Anomalies {
-		t.Errorf("anomaly (replay with %s): %s", replay, a)
+		problems = append(problems, fmt.Sprintf("anomaly (%s): %s", replay, a))
 	}
 	for _, c := range res.Crashes {
-		t.Errorf("sidecar crash (replay with %s): %s", replay, c)
+		problems = append(problems, fmt.Sprintf("sidecar crash (%s): %s", replay, c))
 	}
 	if cfg.Class != chaos.ClassNone && res.Faults == 0 {
-		t.Errorf("the nemesis injected no %s fault", cfg.Class)
+		problems = append(problems, fmt.Sprintf("the nemesis injected no %s fault (%s)", cfg.Class, replay))
 	}
 	if len(res.History.Holds) == 0 || res.Accepted == 0 {
-		t.Errorf("nothing was held or written: %d holds, %d writes", len(res.History.Holds), res.Accepted)
+		problems = append(problems, fmt.Sprintf("nothing was held or written: %d holds, %d writes (%s)", len(res.History.Holds), res.Accepted, replay))
 	}
-	return res
+	return res, problems
 }
 
 // report logs a failed run's history and the end of each sidecar's log.

@@ -55,6 +55,7 @@ type proc struct {
 	holding   bool          // the app believes it holds token: it writes with it
 	holdInc   int           // the incarnation that reported the hold
 	holdIdx   map[int64]int // token → index in run.holds, so each grant is recorded once
+	streamInc int           // the incarnation whose event stream the app follows now; 0 while none
 	usage     []usage       // this incarnation's samples of its metrics
 	inc       int           // incarnation: 1 for the first start, +1 per restart
 	exits     map[int]exit  // by incarnation
@@ -280,11 +281,24 @@ func (p *proc) app(ctx context.Context) {
 			p.settle(last) // it exited while no stream was open
 		}
 		last = inc
-		events, errs := client.Events(ctx)
+		events, errs, err := client.Subscribe(ctx)
+		if err != nil {
+			// Not up yet, or gone: try again soon. The app acquires nothing meanwhile
+			// (awaitStream), so no event of its own calls goes unseen.
+			select {
+			case <-exited:
+				p.settle(inc)
+			default:
+			}
+			_ = ctxtime.Sleep(ctx, 10*time.Millisecond)
+			continue
+		}
+		p.setStream(inc)
 		for e := range events {
 			p.event(e, inc)
 		}
 		<-errs
+		p.setStream(0)
 		// Everything inc reported is read; if it is exiting, settle what it left open.
 		t := time.NewTimer(time.Second)
 		select {
@@ -311,6 +325,11 @@ func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
 		st := again
 		again = nil
 		if st == nil {
+			// Subscribed first, as an app should be: every event of the calls below is then
+			// on the stream (a released event missed would leave the hold open until a kill).
+			if !p.awaitStream(ctx, inc) {
+				continue
+			}
 			start := time.Now()
 			got, err := client.Acquire(ctx, cfg.Lock, 3*cfg.Lease)
 			p.run.addWait(Wait{Process: p.name, Start: start, End: time.Now()})
@@ -360,6 +379,32 @@ func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
 		}
 		if again == nil && ctxtime.Sleep(ctx, time.Duration(rng.Int64N(int64(cfg.Lease/2)))) != nil {
 			return
+		}
+	}
+}
+
+// setStream records which incarnation's event stream the app follows (0: none).
+func (p *proc) setStream(inc int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.streamInc = inc
+}
+
+// awaitStream waits until the app follows the event stream of incarnation inc, and reports
+// false when inc is not the current incarnation any more (or ctx ended): the caller starts over.
+func (p *proc) awaitStream(ctx context.Context, inc int) bool {
+	for {
+		p.mu.Lock()
+		following, current := p.streamInc == inc, p.inc == inc
+		p.mu.Unlock()
+		switch {
+		case following && current:
+			return true
+		case !current:
+			return false
+		}
+		if ctxtime.Sleep(ctx, 5*time.Millisecond) != nil {
+			return false
 		}
 	}
 }

@@ -119,7 +119,7 @@ func TestSubscribeReturnsOnceSubscribed(t *testing.T) {
 		t.Errorf("clean end of stream reported error %v", err)
 	}
 
-	if _, _, err := sidecarclient.New(socket+".missing").Subscribe(t.Context()); err == nil {
+	if _, _, err := sidecarclient.New(socket + ".missing").Subscribe(t.Context()); err == nil {
 		t.Error("Subscribe to a socket nobody serves: no error")
 	}
 }

@@ -144,7 +144,7 @@ soak: ## 1,000 simulated histories per fault class
 	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
 
 .PHONY: chaos
-chaos: install-deps ## chaos on a three-node Cassandra: sidecars and baton run processes, fenced writes, every fault class under each workload (CHAOSFLAGS; default 3 runs of 20 s each, about 66 min; as root); make test runs one short mixed run per sidecar workload
+chaos: install-deps ## chaos on a three-node Cassandra: sidecars and baton run processes, fenced writes, every fault class under each workload (CHAOSFLAGS; default 3 runs of 20 s each, about 66 min; as root); make test runs one short mixed run per workload
 	@mkdir -p $(OUT)
 	$(GO) test -race -count=1 -timeout 3h -v ./internal/chaos/ -run '^TestChaos$$' \
 	  -chaos.classes=$(CHAOS_CLASSES) -chaos.workloads=hold,cycle,run -chaos.runs=3 -chaos.duration=20s $(CHAOSFLAGS) 2>&1 | tee $(OUT)/chaos.log \

@@ -31,9 +31,7 @@ var (
 	durationFlag = flag.Duration("chaos.duration", 12*time.Second, "how long the nemesis works in each run")
 	seedFlag     = flag.Uint64("chaos.seed", 1, "seed of the first run; run i uses seed+i (a failing run prints its seed)")
 	classesFlag  = flag.String("chaos.classes", chaos.ClassMixed, "comma-separated fault classes: "+strings.Join(chaos.Classes, ", "))
-	// make test leaves out the run workload until its known liveness issue is fixed (killed baton
-	// run waiters leave queue entries behind: docs/reliability.md); make chaos runs all three.
-	workloadsFlag = flag.String("chaos.workloads", chaos.WorkloadHold+","+chaos.WorkloadCycle, "comma-separated workloads: "+strings.Join(chaos.Workloads, ", "))
+	workloadsFlag = flag.String("chaos.workloads", strings.Join(chaos.Workloads, ","), "comma-separated workloads: "+strings.Join(chaos.Workloads, ", "))
 	processesFlag = flag.Int("chaos.processes", 3, "sidecar processes per run")
 	reportFlag    = flag.Bool("chaos.report", false, "log every run's holds, faults and process logs, not only a failing run's")
 

@@ -585,7 +585,7 @@ func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, err
 		l.observe(a.lockID, r.rec, received)
 	}
 	if !a.nextInLine() {
-		return nil, nextInLine, nil // dropDead, not the head watch, removes entries ahead of us
+		return nil, l.opts.waiterPoll, nil // dropDead, not the head watch, removes entries ahead of us
 	}
 	if r.ok && r.rec.Held() && r.rec.Owner == a.head.Owner {
 		// The head's entry is the holder's own, left behind by its grant (removing it failed): the

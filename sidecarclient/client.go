@@ -123,20 +123,7 @@ func (c *Client) Ready(ctx context.Context) (bool, error) {
 func (c *Client) Events(ctx context.Context) (<-chan Event, <-chan error) {
 	events := make(chan Event)
 	errs := make(chan error, 1)
-	go func() {
-		defer close(errs)
-		defer close(events)
-		resp, err := c.subscribe(ctx)
-		if err == nil {
-			err = readEvents(ctx, resp, events)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			errs <- err
-		}
-	}()
+	go pump(ctx, func() (*http.Response, error) { return c.subscribe(ctx) }, events, errs)
 	return events, errs
 }
 
@@ -152,17 +139,25 @@ func (c *Client) Subscribe(ctx context.Context) (<-chan Event, <-chan error, err
 	}
 	events := make(chan Event)
 	errs := make(chan error, 1)
-	go func() {
-		defer close(errs)
-		defer close(events)
-		if err := readEvents(ctx, resp, events); err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			errs <- err
-		}
-	}()
+	go pump(ctx, func() (*http.Response, error) { return resp, nil }, events, errs)
 	return events, errs, nil
+}
+
+// pump reads the event stream that open opens into events until it ends, sends the error that
+// ended it (if any) to errs, and closes both.
+func pump(ctx context.Context, open func() (*http.Response, error), events chan<- Event, errs chan<- error) {
+	defer close(errs)
+	defer close(events)
+	resp, err := open()
+	if err == nil {
+		err = readEvents(ctx, resp, events)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		errs <- err
+	}
 }
 
 // subscribe opens the event stream. The sidecar sends its headers once the subscription is

@@ -119,10 +119,14 @@ func problems(errs []error) string {
 // runSidecar runs CMD under a lock the pod's sidecar holds.
 func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 	c := sidecarclient.New(o.socket)
-	// Subscribe before acquiring or reading the state, so that a loss right after it is seen.
+	// Subscribe before acquiring or reading the state, so that a loss right after it is seen:
+	// Subscribe returns once the sidecar took the subscription.
 	streamCtx, stopStream := context.WithCancel(ctx)
 	defer stopStream()
-	events, _ := c.Events(streamCtx)
+	events, _, err := c.Subscribe(streamCtx)
+	if err != nil {
+		return ExitFailure, sidecarError(o.socket, err)
+	}
 	st := &stream{events: events}
 
 	id := o.lockID

@@ -9,6 +9,22 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 )
 
+// The names of the reconciler's metrics, which the chart's alerts and dashboard read
+// (charts/baton, monitoring).
+const (
+	MetricHeld           = "baton_distributedlock_held"
+	MetricToken          = "baton_distributedlock_token"
+	MetricWaiting        = "baton_distributedlock_waiting"
+	MetricStoreReachable = "baton_distributedlock_store_reachable"
+	MetricHolderChanges  = "baton_distributedlock_holder_changes_total"
+	MetricRevocations    = "baton_distributedlock_revocations_total"
+)
+
+// MetricNames lists the names of the reconciler's metrics.
+func MetricNames() []string {
+	return []string{MetricHeld, MetricToken, MetricWaiting, MetricStoreReachable, MetricHolderChanges, MetricRevocations}
+}
+
 // Metrics are the reconciler's Prometheus metrics: what the lock store said at the last reconcile,
 // per DistributedLock and lock ID. A nil *Metrics records nothing.
 type Metrics struct {
@@ -27,12 +43,12 @@ func NewMetrics() *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, lockLabels)
 	}
 	return &Metrics{
-		held:        gauge("baton_distributedlock_held", "1 when the lock store shows a holder for the lock, else 0.", lockLabels),
-		token:       gauge("baton_distributedlock_token", "Fencing token of the lock's current (or last) grant.", lockLabels),
-		waiting:     gauge("baton_distributedlock_waiting", "Contenders queued for the lock, not counting the holder.", lockLabels),
-		reachable:   gauge("baton_distributedlock_store_reachable", "1 when the operator could read the DistributedLock's lock store at the last reconcile.", []string{"namespace", "distributedlock"}),
-		changes:     counter("baton_distributedlock_holder_changes_total", "Grants to a new holder seen by the operator (it may miss changes between reconciles)."),
-		revocations: counter("baton_distributedlock_revocations_total", "Grants revoked through the baton.dev/revoke annotation."),
+		held:        gauge(MetricHeld, "1 when the lock store shows a holder for the lock, else 0.", lockLabels),
+		token:       gauge(MetricToken, "Fencing token of the lock's current (or last) grant.", lockLabels),
+		waiting:     gauge(MetricWaiting, "Contenders queued for the lock, not counting the holder.", lockLabels),
+		reachable:   gauge(MetricStoreReachable, "1 when the operator could read the DistributedLock's lock store at the last reconcile.", []string{"namespace", "distributedlock"}),
+		changes:     counter(MetricHolderChanges, "Grants to a new holder seen by the operator (it may miss changes between reconciles)."),
+		revocations: counter(MetricRevocations, "Grants revoked through the baton.dev/revoke annotation."),
 	}
 }
 

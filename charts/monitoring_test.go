@@ -1,0 +1,201 @@
+package charts_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	"github.com/baton-dev/baton/controllers"
+)
+
+// TestMonitoringRender renders the chart's monitoring (issue 13, item 5): nothing by default; with
+// every part on, a ServiceMonitor for the operator's metrics that keeps their namespace label, a
+// PrometheusRule that Prometheus's own rule parser accepts (expressions included), and a Grafana
+// dashboard that passes its schema (testdata/dashboard.schema.yaml, checked by the API server's
+// validator). Every expression of both reads only metrics the operator exports, and a value the
+// user sets reaches the rules.
+func TestMonitoringRender(t *testing.T) {
+	for key := range decode(t, template(t)) {
+		if strings.HasPrefix(key, "PrometheusRule/") || strings.HasPrefix(key, "ServiceMonitor/") || key == "ConfigMap/baton-operator-dashboard" {
+			t.Errorf("%s rendered by default; monitoring is opt-in", key)
+		}
+	}
+
+	objs := decode(t, template(t, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
+		"--set", "monitoring.grafanaDashboard.enabled=true", "--set", "monitoring.prometheusRule.maxHolderChangesPerHour=12",
+		"--set", "monitoring.prometheusRule.labels.release=prom"))
+
+	sm := get[map[string]any](t, objs, "ServiceMonitor", "baton-operator")
+	var smSpec struct {
+		Selector  map[string]map[string]string `json:"selector"`
+		Endpoints []struct {
+			Port        string `json:"port"`
+			HonorLabels bool   `json:"honorLabels"`
+		} `json:"endpoints"`
+	}
+	remarshal(t, sm["spec"], &smSpec)
+	svc := get[*corev1.Service](t, objs, "Service", "baton-operator-metrics")
+	for k, v := range smSpec.Selector["matchLabels"] {
+		if svc.Labels[k] != v {
+			t.Errorf("ServiceMonitor selects %s=%s, which the metrics Service does not have (%v)", k, v, svc.Labels)
+		}
+	}
+	if len(smSpec.Endpoints) != 1 || smSpec.Endpoints[0].Port != svc.Spec.Ports[0].Name || !smSpec.Endpoints[0].HonorLabels {
+		t.Errorf("ServiceMonitor endpoints %+v; want the Service's port %q with honorLabels", smSpec.Endpoints, svc.Spec.Ports[0].Name)
+	}
+
+	rule := get[map[string]any](t, objs, "PrometheusRule", "baton-operator")
+	if labels := rule["metadata"].(map[string]any)["labels"].(map[string]any); labels["release"] != "prom" {
+		t.Errorf("PrometheusRule labels %v; want release=prom from monitoring.prometheusRule.labels", labels)
+	}
+	spec, err := yaml.Marshal(rule["spec"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, errs := rulefmt.Parse(spec, false, model.UTF8Validation)
+	if len(errs) > 0 {
+		t.Fatalf("Prometheus's rule parser rejects the PrometheusRule: %v\n%s", errs, spec)
+	}
+	var alerts []string
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			readsOperatorMetrics(t, "alert "+r.Alert, r.Expr)
+			if r.Alert == "BatonLockHolderFlapping" && !strings.HasSuffix(r.Expr, "> 12") {
+				t.Errorf("BatonLockHolderFlapping: %q; want the threshold 12 from monitoring.prometheusRule.maxHolderChangesPerHour", r.Expr)
+			}
+		}
+	}
+	if want := []string{"BatonLockWithoutHolder", "BatonLockStoreUnreachable", "BatonLockHolderFlapping", "BatonLockRevoked"}; !slices.Equal(alerts, want) {
+		t.Errorf("alerts %v; want %v", alerts, want)
+	}
+
+	cm := get[*corev1.ConfigMap](t, objs, "ConfigMap", "baton-operator-dashboard")
+	if cm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard ConfigMap labels %v; want grafana_dashboard=1 for Grafana's sidecar", cm.Labels)
+	}
+	checkDashboard(t, []byte(cm.Data["baton.json"]))
+}
+
+// TestMonitoringNeedsMetrics: monitoring without the operator's metrics is a clear error.
+func TestMonitoringNeedsMetrics(t *testing.T) {
+	_, err := helm(t, "template", release, chartDir, "--set", "metrics.enabled=false", "--set", "monitoring.prometheusRule.enabled=true")
+	if err == nil || !strings.Contains(err.Error(), "set metrics.enabled=true") {
+		t.Errorf("helm template: %v; want an error that says to set metrics.enabled=true", err)
+	}
+}
+
+// checkDashboard validates a dashboard against testdata/dashboard.schema.yaml and checks what a
+// schema cannot: unique panel IDs, panels within the 24 columns, and queries that parse, read only
+// the operator's metrics and use only variables the dashboard defines.
+func checkDashboard(t *testing.T, raw []byte) {
+	t.Helper()
+	var dash map[string]any
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("the dashboard is not JSON: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", "dashboard.schema.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1 apiextensionsv1.JSONSchemaProps
+	if err := yaml.UnmarshalStrict(b, &v1); err != nil {
+		t.Fatalf("dashboard schema: %v", err)
+	}
+	var props apiextensions.JSONSchemaProps
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(&v1, &props, nil); err != nil {
+		t.Fatal(err)
+	}
+	validator, _, err := validation.NewSchemaValidator(&props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := validation.ValidateCustomResource(field.NewPath("dashboard"), dash, validator); len(errs) > 0 {
+		t.Fatalf("the dashboard does not match testdata/dashboard.schema.yaml: %v", errs.ToAggregate())
+	}
+
+	var d struct {
+		Templating struct {
+			List []struct {
+				Name string `json:"name"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			ID      int    `json:"id"`
+			Title   string `json:"title"`
+			GridPos struct{ W, X int } `json:"gridPos"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	ids := map[int]bool{}
+	used := regexp.MustCompile(`\$\{?([a-zA-Z_][a-zA-Z0-9_]*)`)
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel %q: ID %d used twice", p.Title, p.ID)
+		}
+		ids[p.ID] = true
+		if p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q: x %d + w %d is past the 24 columns", p.Title, p.GridPos.X, p.GridPos.W)
+		}
+		for _, target := range p.Targets {
+			readsOperatorMetrics(t, "panel "+p.Title, target.Expr)
+			for _, m := range used.FindAllStringSubmatch(target.Expr, -1) {
+				if !vars[m[1]] {
+					t.Errorf("panel %q uses $%s, which the dashboard does not define", p.Title, m[1])
+				}
+			}
+		}
+	}
+}
+
+// readsOperatorMetrics checks that expr is PromQL and reads only metrics the operator exports.
+func readsOperatorMetrics(t *testing.T, what, expr string) {
+	t.Helper()
+	e, err := parser.ParseExpr(expr)
+	if err != nil {
+		t.Errorf("%s: %q is not PromQL: %v", what, expr, err)
+		return
+	}
+	known := controllers.MetricNames()
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok && !slices.Contains(known, vs.Name) {
+			t.Errorf("%s: %q reads %s, which the operator does not export (%v)", what, expr, vs.Name, known)
+		}
+		return nil
+	})
+}
+
+// remarshal turns a decoded map into out through YAML.
+func remarshal(t *testing.T, in, out any) {
+	t.Helper()
+	b, err := yaml.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -20,6 +21,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/sidecar"
 )
 
 // TestMonitoringRender renders the chart's monitoring (issue 13, item 5): nothing by default; with
@@ -37,7 +40,24 @@ func TestMonitoringRender(t *testing.T) {
 
 	objs := decode(t, template(t, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
 		"--set", "monitoring.grafanaDashboard.enabled=true", "--set", "monitoring.prometheusRule.maxHolderChangesPerHour=12",
-		"--set", "monitoring.prometheusRule.labels.release=prom"))
+		"--set", "monitoring.prometheusRule.labels.release=prom", "--set", "monitoring.podMonitor.enabled=true", "--set", "sidecar.metricsPort=9464"))
+
+	if got, _ := arg(get[*appsv1.Deployment](t, objs, "Deployment", "baton-operator"), "sidecar-metrics-port"); got != "9464" {
+		t.Errorf("--sidecar-metrics-port=%q, want 9464 from sidecar.metricsPort", got)
+	}
+	pm := get[map[string]any](t, objs, "PodMonitor", "baton-sidecars")
+	var pmSpec struct {
+		NamespaceSelector struct {
+			Any bool `json:"any"`
+		} `json:"namespaceSelector"`
+		Endpoints []struct {
+			Port string `json:"port"`
+		} `json:"podMetricsEndpoints"`
+	}
+	remarshal(t, pm["spec"], &pmSpec)
+	if !pmSpec.NamespaceSelector.Any || len(pmSpec.Endpoints) != 1 || pmSpec.Endpoints[0].Port != inject.MetricsPortName {
+		t.Errorf("PodMonitor spec %+v; want every namespace, port %s (the injected sidecar's)", pmSpec, inject.MetricsPortName)
+	}
 
 	sm := get[map[string]any](t, objs, "ServiceMonitor", "baton-operator")
 	var smSpec struct {
@@ -74,13 +94,13 @@ func TestMonitoringRender(t *testing.T) {
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
 			alerts = append(alerts, r.Alert)
-			readsOperatorMetrics(t, "alert "+r.Alert, r.Expr)
+			readsBatonMetrics(t, "alert "+r.Alert, r.Expr)
 			if r.Alert == "BatonLockHolderFlapping" && !strings.HasSuffix(r.Expr, "> 12") {
 				t.Errorf("BatonLockHolderFlapping: %q; want the threshold 12 from monitoring.prometheusRule.maxHolderChangesPerHour", r.Expr)
 			}
 		}
 	}
-	if want := []string{"BatonLockWithoutHolder", "BatonLockStoreUnreachable", "BatonLockHolderFlapping", "BatonLockRevoked"}; !slices.Equal(alerts, want) {
+	if want := []string{"BatonLockWithoutHolder", "BatonLockStoreUnreachable", "BatonLockHolderFlapping", "BatonLockRevoked", "BatonSidecarLostLock"}; !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v; want %v", alerts, want)
 	}
 
@@ -91,11 +111,16 @@ func TestMonitoringRender(t *testing.T) {
 	checkDashboard(t, []byte(cm.Data["baton.json"]))
 }
 
-// TestMonitoringNeedsMetrics: monitoring without the operator's metrics is a clear error.
+// TestMonitoringNeedsMetrics: monitoring without the metrics it reads is a clear error.
 func TestMonitoringNeedsMetrics(t *testing.T) {
-	_, err := helm(t, "template", release, chartDir, "--set", "metrics.enabled=false", "--set", "monitoring.prometheusRule.enabled=true")
-	if err == nil || !strings.Contains(err.Error(), "set metrics.enabled=true") {
-		t.Errorf("helm template: %v; want an error that says to set metrics.enabled=true", err)
+	for _, tc := range []struct{ set, want string }{
+		{"metrics.enabled=false", "set metrics.enabled=true"},
+		{"monitoring.podMonitor.enabled=true", "set sidecar.metricsPort"},
+	} {
+		_, err := helm(t, "template", release, chartDir, "--set", "monitoring.prometheusRule.enabled=true", "--set", tc.set)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("helm template --set %s: %v; want an error that says to %s", tc.set, err, tc.want)
+		}
 	}
 }
 
@@ -161,7 +186,7 @@ func checkDashboard(t *testing.T, raw []byte) {
 			t.Errorf("panel %q: x %d + w %d is past the 24 columns", p.Title, p.GridPos.X, p.GridPos.W)
 		}
 		for _, target := range p.Targets {
-			readsOperatorMetrics(t, "panel "+p.Title, target.Expr)
+			readsBatonMetrics(t, "panel "+p.Title, target.Expr)
 			for _, m := range used.FindAllStringSubmatch(target.Expr, -1) {
 				if !vars[m[1]] {
 					t.Errorf("panel %q uses $%s, which the dashboard does not define", p.Title, m[1])
@@ -171,18 +196,27 @@ func checkDashboard(t *testing.T, raw []byte) {
 	}
 }
 
-// readsOperatorMetrics checks that expr is PromQL and reads only metrics the operator exports.
-func readsOperatorMetrics(t *testing.T, what, expr string) {
+// readsBatonMetrics checks that expr is PromQL and reads only metrics that the operator or the
+// sidecars export (a histogram through its _bucket, _sum and _count series).
+func readsBatonMetrics(t *testing.T, what, expr string) {
 	t.Helper()
 	e, err := parser.ParseExpr(expr)
 	if err != nil {
 		t.Errorf("%s: %q is not PromQL: %v", what, expr, err)
 		return
 	}
-	known := controllers.MetricNames()
+	known := append(controllers.MetricNames(), sidecar.MetricNames()...)
+	exported := func(name string) bool {
+		for _, suffix := range []string{"", "_bucket", "_sum", "_count"} {
+			if family, ok := strings.CutSuffix(name, suffix); ok && slices.Contains(known, family) {
+				return true
+			}
+		}
+		return false
+	}
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
-		if vs, ok := n.(*parser.VectorSelector); ok && !slices.Contains(known, vs.Name) {
-			t.Errorf("%s: %q reads %s, which the operator does not export (%v)", what, expr, vs.Name, known)
+		if vs, ok := n.(*parser.VectorSelector); ok && !exported(vs.Name) {
+			t.Errorf("%s: %q reads %s, which neither the operator nor the sidecar exports (%v)", what, expr, vs.Name, known)
 		}
 		return nil
 	})

@@ -17,6 +17,24 @@ import (
 	"github.com/baton-dev/baton/lock/hintudp"
 )
 
+// The names of the sidecar's own metric families, which the chart's alerts and dashboard read
+// (charts/baton, monitoring). The histograms are exported as _bucket, _sum and _count series.
+const (
+	MetricHeld         = "baton_lock_held"
+	MetricToken        = "baton_lock_token"
+	MetricAcquisitions = "baton_lock_acquisitions_total"
+	MetricLosses       = "baton_lock_losses_total"
+	MetricReleases     = "baton_lock_releases_total"
+	MetricRenewSeconds = "baton_lock_renew_seconds"
+	MetricStoreSeconds = "baton_store_request_seconds"
+	MetricStoreErrors  = "baton_store_errors_total"
+)
+
+// MetricNames lists the names of the sidecar's own metric families.
+func MetricNames() []string {
+	return []string{MetricHeld, MetricToken, MetricAcquisitions, MetricLosses, MetricReleases, MetricRenewSeconds, MetricStoreSeconds, MetricStoreErrors}
+}
+
 // Metrics are the sidecar's Prometheus metrics, on a registry of their own.
 type Metrics struct {
 	Registry     *prometheus.Registry
@@ -34,23 +52,23 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "baton_lock_held",
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricHeld,
 			Help: "1 while this pod holds the lock, else 0."}, []string{"lock"}),
-		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "baton_lock_token",
+		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricToken,
 			Help: "Fencing token of the lock's current or last grant to this pod."}, []string{"lock"}),
-		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_lock_acquisitions_total",
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricAcquisitions,
 			Help: "Grants of the lock to this pod."}, []string{"lock"}),
-		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_lock_losses_total",
+		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLosses,
 			Help: "Times this pod lost the lock without releasing it, by reason."}, []string{"lock", "reason"}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_lock_releases_total",
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReleases,
 			Help: "Releases of the lock by this pod."}, []string{"lock"}),
-		renewals: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "baton_lock_renew_seconds",
+		renewals: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricRenewSeconds,
 			Help:    "Latency of lease renewals by outcome (ok, error).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"lock", "outcome"}),
-		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "baton_store_request_seconds",
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricStoreSeconds,
 			Help:    "Latency of lock-store requests by operation (renewals are cas).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"op"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_store_errors_total",
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricStoreErrors,
 			Help: "Failed lock-store requests by operation."}, []string{"op"}),
 	}
 	m.Registry.MustRegister(m.held, m.token, m.acquisitions, m.losses, m.releases, m.renewals, m.requests, m.storeErrors,

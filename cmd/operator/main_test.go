@@ -49,7 +49,7 @@ func TestHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	for _, want := range []string{"-sidecar-image", "-webhook-certs", "-global-namespaces", "-leader-elect", "-health-probe-bind-address", "-sidecar-hint-port"} {
+	for _, want := range []string{"-sidecar-image", "-webhook-certs", "-global-namespaces", "-leader-elect", "-health-probe-bind-address", "-sidecar-hint-port", "-sidecar-metrics-port"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("-h output lacks %s", want)
 		}
@@ -57,13 +57,13 @@ func TestHelp(t *testing.T) {
 }
 
 func TestBadSettingsAreAllReported(t *testing.T) {
-	out, code := run(t, nil, "--webhook-certs=sometimes", "--sidecar-memory-limit=lots", "--status-interval=1ms", "--sidecar-hint-port=80")
+	out, code := run(t, nil, "--webhook-certs=sometimes", "--sidecar-memory-limit=lots", "--status-interval=1ms", "--sidecar-hint-port=80", "--sidecar-metrics-port=81")
 	if code != 2 {
 		t.Fatalf("exit %d, want 2:\n%s", code, out)
 	}
 	for _, want := range []string{
 		`--sidecar-memory-limit="lots"`, "sidecar image is empty", "--namespace is empty and POD_NAMESPACE is not set",
-		`--webhook-certs="sometimes": use self or external`, "--status-interval=1ms", "hint port 80: use 1024 to 65535",
+		`--webhook-certs="sometimes": use self or external`, "--status-interval=1ms", "hint port 80: use 1024 to 65535", "metrics port 81: use 1024 to 65535",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

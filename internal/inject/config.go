@@ -49,6 +49,11 @@ type Config struct {
 	// off: waiters then only poll. The operator's flag --sidecar-hint-port defaults to
 	// hintudp.DefaultPort (9465).
 	HintPort int32
+	// MetricsPort is the TCP port on which each sidecar serves its Prometheus metrics on the pod's
+	// network, for a PodMonitor (charts/baton, monitoring.podMonitor); 1024 to 65535, and not
+	// the hint port. 0 (the default) keeps them on loopback (127.0.0.1:9464), where only the pod
+	// itself reaches them. The operator's flag --sidecar-metrics-port.
+	MetricsPort int32
 }
 
 // GlobalAllowed reports whether DistributedLocks in namespace may use scope Global.
@@ -148,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if c.HintPort != 0 && (c.HintPort < 1024 || c.HintPort > 65535) {
 		p.add("hint port %d: use 1024 to 65535 (the sidecar runs without privileges), or 0 for no hand-off hints", c.HintPort)
+	}
+	if c.MetricsPort != 0 && (c.MetricsPort < 1024 || c.MetricsPort > 65535) {
+		p.add("metrics port %d: use 1024 to 65535 (the sidecar runs without privileges), or 0 for metrics on loopback only", c.MetricsPort)
 	}
 	for _, ns := range c.GlobalNamespaces {
 		if ns != "*" && !dns1123Label.MatchString(ns) {

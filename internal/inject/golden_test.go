@@ -52,7 +52,16 @@ func testConfig(name string) inject.Config {
 		NativeSidecars:   !strings.HasPrefix(name, "old-cluster"),
 		GlobalNamespaces: []string{"reports"},
 		HintPort:         hintPort(name),
+		MetricsPort:      metricsPort(name),
 	}
+}
+
+// metricsPort serves the sidecar's metrics on the pod's network for the case metrics-port only.
+func metricsPort(name string) int32 {
+	if name == "metrics-port" {
+		return 9464
+	}
+	return 0
 }
 
 // hintPort is the operator's default hint port, and off for the old cluster's pods: both shapes

@@ -47,6 +47,9 @@ const (
 	// HintPortName names the sidecar's UDP port for hand-off hints (Config.HintPort), so that a
 	// NetworkPolicy can allow it by name.
 	HintPortName = "baton-hint"
+	// MetricsPortName names the sidecar's TCP port for its metrics (Config.MetricsPort), the port
+	// a PodMonitor scrapes.
+	MetricsPortName = "baton-metrics"
 )
 
 // readinessGate is the pod readiness gate of the ReadinessGate traffic policy; the sidecar sets
@@ -199,7 +202,11 @@ func sidecarContainer(s settings, cfg Config, socketMount corev1.VolumeMount) co
 	}
 	if cfg.HintPort != 0 {
 		// Declared for NetworkPolicies and for readers; a container port opens nothing by itself.
-		c.Ports = []corev1.ContainerPort{{Name: HintPortName, ContainerPort: cfg.HintPort, Protocol: corev1.ProtocolUDP}}
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: HintPortName, ContainerPort: cfg.HintPort, Protocol: corev1.ProtocolUDP})
+	}
+	if cfg.MetricsPort != 0 {
+		// Named, so that a PodMonitor scrapes the pods that have it and no others.
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: MetricsPortName, ContainerPort: cfg.MetricsPort, Protocol: corev1.ProtocolTCP})
 	}
 	if s.mode == batonv1.ModeBlocking {
 		// The app must not start before the locks are held. The kubelet starts the containers
@@ -302,6 +309,10 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 			field(sidecarcontract.PodIP, "status.podIP"),
 			v(sidecarcontract.HintPort, strconv.Itoa(int(cfg.HintPort))),
 		)
+	}
+	if cfg.MetricsPort != 0 {
+		// Every address of the pod's network namespace: its IP for Prometheus, loopback for the pod.
+		env = append(env, v(sidecarcontract.MetricsAddr, ":"+strconv.Itoa(int(cfg.MetricsPort))))
 	}
 	return env
 }

@@ -309,6 +309,7 @@ func TestInjectErrors(t *testing.T) {
 		{name: "long shutdown", cfg: func(c *inject.Config) { c.ShutdownTimeout = time.Hour }, is: inject.ErrInvalidConfig, message: "shutdown timeout 1h0m0s"},
 		{name: "privileged hint port", cfg: func(c *inject.Config) { c.HintPort = 53 }, is: inject.ErrInvalidConfig, message: "hint port 53: use 1024 to 65535"},
 		{name: "hint port out of range", cfg: func(c *inject.Config) { c.HintPort = 70000 }, is: inject.ErrInvalidConfig, message: "hint port 70000"},
+		{name: "privileged metrics port", cfg: func(c *inject.Config) { c.MetricsPort = 80 }, is: inject.ErrInvalidConfig, message: "metrics port 80: use 1024 to 65535"},
 		{name: "bad consistency", cfg: func(c *inject.Config) { c.Cassandra.Consistency = "ONE" }, is: inject.ErrInvalidConfig, message: `"ONE"`},
 		{name: "default connection with a Secret", cfg: func(c *inject.Config) { c.Cassandra.TLSSecretRef = &batonv1.TLSSecretRef{Name: "tls"} },
 			is: inject.ErrInvalidConfig, message: "default Cassandra connection names Secrets"},

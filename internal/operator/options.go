@@ -110,6 +110,14 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 		return nil
 	})
 	o.Inject.HintPort = hintudp.DefaultPort
+	fs.Func("sidecar-metrics-port", "TCP port on each pod's IP where sidecars serve their Prometheus metrics, 1024-65535, for a PodMonitor; 0: loopback only, 127.0.0.1:9464 (default 0)", func(v string) error {
+		port, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("want a port number, or 0 for metrics on loopback only")
+		}
+		o.Inject.MetricsPort = int32(port)
+		return nil
+	})
 	fs.DurationVar(&o.Inject.ShutdownTimeout, "sidecar-shutdown-timeout", sidecarcontract.DefaultShutdownTimeout, "how long a sidecar may take to release its locks at shutdown (at most 5m)")
 	fs.StringVar(&o.CassandraUsernameFile, "cassandra-username-file", "", "file holding the operator's Cassandra user name for the default contact points")
 	fs.StringVar(&o.CassandraPasswordFile, "cassandra-password-file", "", "file holding the operator's Cassandra password")

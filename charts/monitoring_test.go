@@ -160,8 +160,8 @@ func checkDashboard(t *testing.T, raw []byte) {
 			} `json:"list"`
 		} `json:"templating"`
 		Panels []struct {
-			ID      int    `json:"id"`
-			Title   string `json:"title"`
+			ID      int                `json:"id"`
+			Title   string             `json:"title"`
 			GridPos struct{ W, X int } `json:"gridPos"`
 			Targets []struct {
 				Expr string `json:"expr"`

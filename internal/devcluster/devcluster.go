@@ -152,6 +152,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return fail(err)
 	}
+	opts.SharedProcess = true // a test may run a Cluster per control plane
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cl.cancel = cancel

@@ -58,6 +58,7 @@ func TestMain(m *testing.M) {
 	}
 	cassandra.Stop()
 	kube.Stop()
+	kubeB.Stop()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "operator log:\n%s\nsidecar logs:\n%s\n", operatorLog.String(), sidecarLog.String())
 	}

@@ -75,6 +75,11 @@ type Options struct {
 	SchemaReplication string
 	StatusInterval    time.Duration
 	LogVerbosity      int
+
+	// SharedProcess lets more than one operator run in this process (internal/devcluster runs one
+	// per control plane, and a test may start two): controller-runtime then does not insist that
+	// controller names be unique in the process. No flag sets it.
+	SharedProcess bool
 }
 
 // flagSet declares every flag into o, with its default. Flags whose Options field has a string

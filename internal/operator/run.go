@@ -23,8 +23,10 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -102,7 +104,8 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
 		// What the shared cache holds, and why that serves every reader: see CacheOptions.
-		Cache: CacheOptions(),
+		Cache:      CacheOptions(),
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(o.SharedProcess)},
 	})
 	if err != nil {
 		return fmt.Errorf("operator: manager: %w", err)
@@ -152,6 +155,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 			// Every replica serves the webhook, so every replica keeps the certificate current;
 			// concurrent rotations are settled by the Secret's resourceVersion.
 			RequireLeaderElection: false,
+			ControllerName:        rotatorName(o),
 		})
 		if err != nil {
 			return fmt.Errorf("operator: webhook certificate rotator: %w", err)
@@ -303,4 +307,13 @@ func waitForCertFiles(ctx context.Context, dir string, ready chan<- struct{}, lo
 		case <-t.C:
 		}
 	}
+}
+
+// rotatorName names the certificate rotator's controller: cert-controller's own name, unless
+// several operators share the process, where each needs its own (its webhook port tells them apart).
+func rotatorName(o Options) string {
+	if o.SharedProcess {
+		return fmt.Sprintf("cert-rotator-%d", o.WebhookPort)
+	}
+	return "cert-rotator"
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/baton-dev/baton/internal/devcluster"
@@ -84,17 +85,23 @@ func up(t *testing.T) *devcluster.Cluster {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		shared.cluster, shared.err = devcluster.Start(ctx, devcluster.Options{
-			Server: cfg, RepoRoot: filepath.Join("..", ".."), CassandraHosts: hosts, Keyspace: keyspace, SidecarBinary: sidecar,
-			OperatorArgs:  []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace},
-			Log:           funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, s) }, funcr.Options{LogTimestamp: true, Verbosity: 1}),
-			SidecarOutput: nodeagent.PrefixLines(sidecarLog, ""),
-		})
+		shared.cluster, shared.err = devcluster.Start(ctx, clusterOptions(cfg, hosts, sidecar, ""))
 	})
 	if shared.err != nil {
 		t.Fatalf("starting the operator: %v\noperator log:\n%s", shared.err, operatorLog.String())
 	}
 	return shared.cluster
+}
+
+// clusterOptions are the settings of a test cluster's operator and node agent on the control plane
+// cfg; prefix marks its log lines (the second cluster's, see TestGlobalLockAcrossTwoClusters).
+func clusterOptions(cfg *rest.Config, hosts []string, sidecar, prefix string) devcluster.Options {
+	return devcluster.Options{
+		Server: cfg, RepoRoot: filepath.Join("..", ".."), CassandraHosts: hosts, Keyspace: keyspace, SidecarBinary: sidecar,
+		OperatorArgs:  []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace},
+		Log:           funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, prefix+s) }, funcr.Options{LogTimestamp: true, Verbosity: 1}),
+		SidecarOutput: nodeagent.PrefixLines(sidecarLog, prefix),
+	}
 }
 
 // newNamespace creates a namespace for one test, with the pods' service account.

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
-
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/devcluster"
 	"github.com/baton-dev/baton/internal/nodeagent"
@@ -91,13 +89,7 @@ func startSecondCluster(t *testing.T) *devcluster.Cluster {
 	cfg := kubeB.Config(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := devcluster.Start(ctx, devcluster.Options{
-		Server: cfg, RepoRoot: filepath.Join("..", ".."), CassandraHosts: cassandra.Cluster(t).Hosts(), Keyspace: keyspace,
-		SidecarBinary: filepath.Join(shared.binDir, "sidecar"),
-		OperatorArgs:  []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace},
-		Log:           funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, "[cluster B] "+s) }, funcr.Options{LogTimestamp: true, Verbosity: 1}),
-		SidecarOutput: nodeagent.PrefixLines(sidecarLog, "[cluster B] "),
-	})
+	c, err := devcluster.Start(ctx, clusterOptions(cfg, cassandra.Cluster(t).Hosts(), filepath.Join(shared.binDir, "sidecar"), "[cluster B] "))
 	if err != nil {
 		t.Fatalf("starting the second cluster's operator: %v", err)
 	}

@@ -352,11 +352,11 @@ func (h *Holder) statusLocked(id string) sidecarclient.LockStatus {
 	st := s.status
 	if s.lease != nil {
 		left := s.lease.Remaining()
-		st.LeaseRemainingMs = left.Milliseconds()
+		st.LeaseRemainingMs, st.LeaseMs = left.Milliseconds(), h.opts.Lease.Milliseconds()
 		if left <= 0 && st.State == sidecarclient.StateHeld {
 			// The self-fence deadline has passed and the loss is on its way (its goroutine may not
 			// have run yet, or the machine was just resumed): never report held past the deadline.
-			st.State, st.Reason, st.LeaseRemainingMs, st.HeldSince = sidecarclient.StateLost, "lease expired: its self-fence deadline passed", 0, time.Time{}
+			st.State, st.Reason, st.LeaseRemainingMs, st.LeaseMs, st.HeldSince = sidecarclient.StateLost, "lease expired: its self-fence deadline passed", 0, 0, time.Time{}
 		}
 	}
 	return st

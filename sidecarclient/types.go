@@ -29,7 +29,8 @@ type LockStatus struct {
 	Token            int64  `json:"token,omitempty"`            // fencing token while held (or last held when lost)
 	Holder           string `json:"holder,omitempty"`           // pod currently holding it (namespace/name), if known
 	QueuePosition    int    `json:"queuePosition,omitempty"`    // 1 = next in line, while waiting
-	LeaseRemainingMs int64  `json:"leaseRemainingMs,omitempty"` // while held
+	LeaseRemainingMs int64  `json:"leaseRemainingMs,omitempty"` // while held: time left to the lease's self-fence deadline
+	LeaseMs          int64  `json:"leaseMs,omitempty"`          // while held: the lease duration
 	Reason           string `json:"reason,omitempty"`           // why lost / why waiting
 	// HeldSince is when this pod was granted the lock (the time of its acquired event), while
 	// held: a client that subscribes to the events after the grant still learns when it began.

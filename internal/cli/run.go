@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/baton-dev/baton/internal/cassandraflags"
@@ -185,24 +186,48 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 		return ExitTempFail, fmt.Errorf("the sidecar ended its event stream before %s started (is it shutting down?); lock %q not used", o.argv[0], id)
 	}
 
-	// 2. Run CMD, watching for the loss of the lock.
+	// 2. Run CMD, watching for the loss of the lock. The lease's deadline, as the sidecar reports
+	//    it, bounds CMD as in direct mode: its group is told to stop when no renewal moves the
+	//    deadline away, and killed by it, also when the sidecar stops answering (paused, or gone)
+	//    and after a loss whatever --grace says.
+	spec := childSpec{argv: o.argv, grace: o.grace, env: childEnv(id, status.Token)}
+	watch := sidecarWatch{id: id, token: status.Token, every: p.poll}
+	if status.LeaseMs > 0 {
+		lease := time.Duration(status.LeaseMs) * time.Millisecond
+		watch.deadline = &knownDeadline{}
+		sent := time.Now()
+		if l, err := c.Lock(ctx, id); err == nil {
+			watch.deadline.observe(sent, l, status.Token)
+		}
+		if !watch.deadline.get().IsZero() {
+			spec.deadline = watch.deadline.get
+			spec.termLead, spec.killLead = deadlineLeads(o.grace, lease)
+			// Renewals come every lease/3; reading the state every lease/8 sees each in time.
+			watch.every = min(p.poll, lease/8)
+		}
+	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	lost := make(chan error, 1)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		p.watchSidecar(watchCtx, c, st.events, id, status.Token, lost)
+		p.watchSidecar(watchCtx, c, st.events, watch, lost)
 	}()
-	res, err := p.supervise(ctx, childSpec{argv: o.argv, grace: o.grace, env: childEnv(id, status.Token)}, lost)
+	res, err := p.supervise(ctx, spec, lost)
 	stopWatch()
 	<-watched
 	if err != nil {
 		release()
 		return res.code, err
 	}
-	if res.lost != nil {
+	switch {
+	case res.lost != nil:
 		return ExitTempFail, fmt.Errorf("lost lock %q (token %d) while %s ran: %v; %s", id, status.Token,
 			o.argv[0], res.lost, stopMessage(o.argv[0], res))
+	case res.atRisk:
+		release()
+		return ExitTempFail, fmt.Errorf("the sidecar reported no renewal of lock %q (token %d) while its deadline drew near (is it paused, or Cassandra unreachable?), so %s was stopped: %s",
+			id, status.Token, o.argv[0], stopMessage(o.argv[0], res))
 	}
 	// 3. Give the lock back (Try mode) and pass CMD's exit code on.
 	release()
@@ -215,11 +240,47 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 // stream is the sidecar's event stream; events is nil once it ended.
 type stream struct{ events <-chan sidecarclient.Event }
 
-// watchSidecar reports on lost when the lock stops being held with token: a lost or released
-// event for it, a newer grant, the end of the event stream, or (slow fallback) a state read that
-// disagrees. It returns after the first report or when ctx ends.
-func (p *program) watchSidecar(ctx context.Context, c *sidecarclient.Client, events <-chan sidecarclient.Event, id string, token int64, lost chan<- error) {
-	tick := time.NewTicker(p.poll)
+// sidecarWatch is what watchSidecar follows: lock id held with token, read every every, and the
+// lease's deadline as the sidecar reports it (nil when the sidecar does not report one).
+type sidecarWatch struct {
+	id       string
+	token    int64
+	every    time.Duration
+	deadline *knownDeadline
+}
+
+// knownDeadline is a grant's self-fence deadline as the sidecar last reported it: the send time of
+// a state read plus the time the sidecar said was left, so never later than the sidecar's own. It
+// only moves forward.
+type knownDeadline struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+// observe takes in the state l, read by a request sent at sent, of the grant with token.
+func (d *knownDeadline) observe(sent time.Time, l sidecarclient.LockStatus, token int64) {
+	if l.State != sidecarclient.StateHeld || l.Token != token || l.LeaseRemainingMs <= 0 {
+		return
+	}
+	at := sent.Add(time.Duration(l.LeaseRemainingMs) * time.Millisecond)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if at.After(d.at) {
+		d.at = at
+	}
+}
+
+func (d *knownDeadline) get() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.at
+}
+
+// watchSidecar reports on lost when lock w.id stops being held with w.token: a lost or released
+// event for it, a newer grant, the end of the event stream, or a state read that disagrees (the
+// reads also move w.deadline). It returns after the first report or when ctx ends.
+func (p *program) watchSidecar(ctx context.Context, c *sidecarclient.Client, events <-chan sidecarclient.Event, w sidecarWatch, lost chan<- error) {
+	tick := time.NewTicker(w.every)
 	defer tick.Stop()
 	for {
 		select {
@@ -232,12 +293,13 @@ func (p *program) watchSidecar(ctx context.Context, c *sidecarclient.Client, eve
 				}
 				return
 			}
-			if err := lossFromEvent(ev, id, token); err != nil {
+			if err := lossFromEvent(ev, w.id, w.token); err != nil {
 				lost <- err
 				return
 			}
 		case <-tick.C:
-			l, err := c.Lock(ctx, id)
+			sent := time.Now()
+			l, err := c.Lock(ctx, w.id)
 			if ctx.Err() != nil {
 				return
 			}
@@ -245,9 +307,12 @@ func (p *program) watchSidecar(ctx context.Context, c *sidecarclient.Client, eve
 				lost <- fmt.Errorf("cannot reach the sidecar: %w", err)
 				return
 			}
-			if l.State != sidecarclient.StateHeld || l.Token != token {
+			if l.State != sidecarclient.StateHeld || l.Token != w.token {
 				lost <- fmt.Errorf("the sidecar reports it %s", describe(l))
 				return
+			}
+			if w.deadline != nil {
+				w.deadline.observe(sent, l, w.token)
 			}
 		}
 	}

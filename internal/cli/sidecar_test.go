@@ -408,3 +408,47 @@ func TestRunKillsWhatTheChildLeftBehind(t *testing.T) {
 		t.Errorf("stderr = %q, want it to say what was killed", inv.stderr.String())
 	}
 }
+
+// TestRunStopsChildByTheSidecarsDeadline: through a sidecar whose renewals stopped (the deadline it
+// reports stays put, as when it is paused or cut off from Cassandra), baton run kills CMD's group
+// by that deadline although CMD ignores SIGTERM and --grace is long: nothing CMD runs may outlast
+// the lease. A sidecar whose deadline keeps moving (renewals coming) leaves CMD alone.
+func TestRunStopsChildByTheSidecarsDeadline(t *testing.T) {
+	child := []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}
+	t.Run("renewals stopped", func(t *testing.T) {
+		f := &fakeService{t: t, events: true, acquire: notTryMode}
+		deadline := time.Now().Add(2 * time.Second)
+		f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldUntil(deadline)} }
+		f.lock = func(string) (sidecarclient.LockStatus, bool) { return heldUntil(deadline), true }
+		sock := serve(t, f)
+		inv := start(t, &invocation{args: append([]string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--"}, child...)})
+		if code := inv.wait(t, 10*time.Second); code != ExitTempFail {
+			t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
+		}
+		if late := time.Since(deadline); late > 500*time.Millisecond {
+			t.Errorf("baton run exited %v after the sidecar's deadline", late)
+		}
+		for _, w := range []string{"reported no renewal", "process group and SIGKILL at"} {
+			if !strings.Contains(inv.stderr.String(), w) {
+				t.Errorf("stderr %q does not contain %q", inv.stderr.String(), w)
+			}
+		}
+	})
+	t.Run("renewals coming", func(t *testing.T) {
+		f := &fakeService{t: t, events: true, acquire: notTryMode}
+		renewed := func() sidecarclient.LockStatus { return heldUntil(time.Now().Add(2 * time.Second)) }
+		f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{renewed()} }
+		f.lock = func(string) (sidecarclient.LockStatus, bool) { return renewed(), true }
+		sock := serve(t, f)
+		inv := start(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--", "sh", "-c", "sleep 4"}})
+		if code := inv.wait(t, 10*time.Second); code != 0 {
+			t.Fatalf("exit %d, want 0 (CMD ran its 4 s past the first reported deadline); stderr: %s", code, inv.stderr.String())
+		}
+	})
+}
+
+// heldUntil is orders held with token 7 under a 3 s lease whose self-fence deadline is deadline.
+func heldUntil(deadline time.Time) sidecarclient.LockStatus {
+	return sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateHeld, Token: 7,
+		LeaseMs: 3000, LeaseRemainingMs: max(1, time.Until(deadline).Milliseconds())}
+}

@@ -221,9 +221,13 @@ func table(rows []summary) string {
 		return fmt.Sprintf("%.2f / %.2f (%d)", float64(chaos.Quantile(ds, 0.5))/float64(lease), float64(chaos.Quantile(ds, 0.99))/float64(lease), len(ds))
 	}
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| `%s` | %s | %d | %d | %d | %d | %d | %d | %s | %s | %d | %.0f MiB |\n",
+		goroutines, rss := "–", "–" // baton run has no metrics
+		if r.peakGoroutines > 0 {
+			goroutines, rss = fmt.Sprint(r.peakGoroutines), fmt.Sprintf("%.0f MiB", float64(r.peakRSS)/(1<<20))
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n",
 			r.class, r.workload, r.runs, r.faults, r.grants, r.accepted, r.rejected, r.anomalies,
-			times(r.timings.Handoffs), times(r.timings.Failovers), r.peakGoroutines, float64(r.peakRSS)/(1<<20))
+			times(r.timings.Handoffs), times(r.timings.Failovers), goroutines, rss)
 	}
 	return b.String()
 }

@@ -26,10 +26,11 @@ const (
 
 // slowHostPolicy wraps a host selection policy: coordinators that recently took slowAnswer or
 // longer come last in every query plan for avoidSlowFor, so one hung node of three costs a
-// session one request, not every third one. It only reorders hosts: no request is retried or sent
-// twice (a lightweight transaction never is; an unknown outcome is settled by the lock, rule 5),
-// and with every host slow the plan is the wrapped policy's own. It is also the session's query
-// observer, from which it learns answer times.
+// session one request, not every third one. Among those, the ones that answered late come before
+// the ones that left a request unanswered: on a machine so loaded that every node answers late,
+// a hung node still comes last. It only reorders hosts: no request is retried or sent twice (a
+// lightweight transaction never is; an unknown outcome is settled by the lock, rule 5). It is also
+// the session's query observer, from which it learns answer times.
 type slowHostPolicy struct {
 	gocql.HostSelectionPolicy
 	newInner  func() gocql.HostSelectionPolicy
@@ -38,7 +39,13 @@ type slowHostPolicy struct {
 	inited    bool
 
 	mu   sync.Mutex
-	slow map[string]time.Time // host (address:port) → avoided until
+	slow map[string]slowness // host (address:port) → how and until when it is avoided
+}
+
+// slowness is why and until when a coordinator comes late in query plans.
+type slowness struct {
+	until      time.Time
+	unanswered bool // it left a request unanswered (else it answered late)
 }
 
 // newSlowHostPolicy wraps the policies newInner makes. With localOnly, hosts that the inner policy
@@ -46,7 +53,7 @@ type slowHostPolicy struct {
 // would run Paxos among that data centre's replicas, a second Paxos domain over the same lock.
 func newSlowHostPolicy(newInner func() gocql.HostSelectionPolicy, localOnly bool, now func() time.Time) *slowHostPolicy {
 	return &slowHostPolicy{HostSelectionPolicy: newInner(), newInner: newInner, localOnly: localOnly, now: now,
-		slow: make(map[string]time.Time)}
+		slow: make(map[string]slowness)}
 }
 
 // Init implements gocql.HostSelectionPolicy. A session that failed to start leaves its policy
@@ -61,10 +68,11 @@ func (p *slowHostPolicy) Init(s *gocql.Session) {
 	p.HostSelectionPolicy.Init(s)
 }
 
-// Pick implements gocql.HostSelectionPolicy: the wrapped plan with slow hosts moved to its end.
+// Pick implements gocql.HostSelectionPolicy: the wrapped plan with slow hosts moved to its end,
+// those that answered late before those that left a request unanswered.
 func (p *slowHostPolicy) Pick(stmt gocql.ExecutableStatement) gocql.NextHost {
 	next := p.HostSelectionPolicy.Pick(stmt)
-	var later []gocql.SelectedHost
+	var late, unanswered []gocql.SelectedHost
 	exhausted := false
 	return func() gocql.SelectedHost {
 		for !exhausted {
@@ -76,33 +84,39 @@ func (p *slowHostPolicy) Pick(stmt gocql.ExecutableStatement) gocql.NextHost {
 			if p.localOnly && h.Info() != nil && !p.HostSelectionPolicy.IsLocal(h.Info()) {
 				continue
 			}
-			if p.isSlow(h.Info()) {
-				later = append(later, h)
-				continue
+			switch slow, ok := p.slowness(h.Info()); {
+			case !ok:
+				return h
+			case slow.unanswered:
+				unanswered = append(unanswered, h)
+			default:
+				late = append(late, h)
 			}
-			return h
 		}
-		if len(later) == 0 {
-			return nil
+		for _, q := range []*[]gocql.SelectedHost{&late, &unanswered} {
+			if len(*q) > 0 {
+				h := (*q)[0]
+				*q = (*q)[1:]
+				return h
+			}
 		}
-		h := later[0]
-		later = later[1:]
-		return h
+		return nil
 	}
 }
 
-func (p *slowHostPolicy) isSlow(h *gocql.HostInfo) bool {
+// slowness reports whether h is avoided now, and why.
+func (p *slowHostPolicy) slowness(h *gocql.HostInfo) (slowness, bool) {
 	if h == nil {
-		return false
+		return slowness{}, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	until, ok := p.slow[h.ConnectAddressAndPort()]
-	if ok && !p.now().Before(until) {
+	s, ok := p.slow[h.ConnectAddressAndPort()]
+	if ok && !p.now().Before(s.until) {
 		delete(p.slow, h.ConnectAddressAndPort())
-		return false
+		return slowness{}, false
 	}
-	return ok
+	return s, ok
 }
 
 // ObserveQuery implements gocql.QueryObserver: an answer that took slowAnswer or longer, or a
@@ -117,7 +131,7 @@ func (p *slowHostPolicy) ObserveQuery(_ context.Context, q gocql.ObservedQuery) 
 	switch {
 	case took >= slowAnswer && q.Err == nil, took >= slowUnanswered && unanswered(q.Err):
 		p.mu.Lock()
-		p.slow[q.Host.ConnectAddressAndPort()] = p.now().Add(avoidSlowFor)
+		p.slow[q.Host.ConnectAddressAndPort()] = slowness{until: p.now().Add(avoidSlowFor), unanswered: q.Err != nil}
 		p.mu.Unlock()
 	case took < slowAnswer && q.Err == nil:
 		p.mu.Lock()

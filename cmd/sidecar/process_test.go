@@ -272,6 +272,21 @@ func TestThreeSidecarsHandOff(t *testing.T) {
 			last = p
 		}
 	}
+	// Its grant's queue entry is removed just after the grant; a kill before that leaves the
+	// entry at the head, a path with a longer bound of its own (lock's
+	// TestHoldersLeftoverEntryIsSkipped). This measures a dead holder's failover alone.
+	waitFor(t, "the new holder's queue entry to be gone", 10*time.Second, func() bool {
+		q, err := cassandra.Session(t).Query(`SELECT owner FROM `+keyspace+`.lock_queue WHERE lock_id = ?`, ns+"/orders").Iter().SliceMap()
+		if err != nil {
+			return false
+		}
+		for _, e := range q {
+			if strings.HasPrefix(fmt.Sprint(e["owner"]), ns+"/"+next.name+"/") {
+				return false
+			}
+		}
+		return true
+	})
 	killAt := time.Now()
 	next.cmd.Process.Kill()
 	e := nextEvent(t, streams[last], lease+5*time.Second)

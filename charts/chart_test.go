@@ -500,9 +500,7 @@ func TestCertManagerRender(t *testing.T) {
 		DNSNames   []string          `json:"dnsNames"`
 		IssuerRef  map[string]string `json:"issuerRef"`
 	}
-	if err := yaml.Unmarshal([]byte(toYAML(cert["spec"])), &spec); err != nil {
-		t.Fatal(err)
-	}
+	remarshal(t, cert["spec"], &spec)
 	wantDNS := []string{"baton-webhook." + namespace + ".svc", "baton-webhook." + namespace + ".svc.cluster.local"}
 	if spec.SecretName != "baton-webhook-tls" || !slices.Equal(spec.DNSNames, wantDNS) {
 		t.Errorf("Certificate spec = %+v, want secret baton-webhook-tls and DNS names %v", spec, wantDNS)

@@ -56,6 +56,7 @@ type proc struct {
 	holdInc   int           // the incarnation that reported the hold
 	holdIdx   map[int64]int // token → index in run.holds, so each grant is recorded once
 	streamInc int           // the incarnation whose event stream the app follows now; 0 while none
+	streamSet chan struct{} // closed (and replaced) when streamInc changes
 	usage     []usage       // this incarnation's samples of its metrics
 	inc       int           // incarnation: 1 for the first start, +1 per restart
 	exits     map[int]exit  // by incarnation
@@ -383,11 +384,16 @@ func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
 	}
 }
 
-// setStream records which incarnation's event stream the app follows (0: none).
+// setStream records which incarnation's event stream the app follows (0: none) and wakes
+// awaitStream.
 func (p *proc) setStream(inc int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.streamInc = inc
+	if p.streamSet != nil {
+		close(p.streamSet)
+	}
+	p.streamSet = make(chan struct{})
 }
 
 // awaitStream waits until the app follows the event stream of incarnation inc, and reports
@@ -396,6 +402,10 @@ func (p *proc) awaitStream(ctx context.Context, inc int) bool {
 	for {
 		p.mu.Lock()
 		following, current := p.streamInc == inc, p.inc == inc
+		if p.streamSet == nil {
+			p.streamSet = make(chan struct{})
+		}
+		changed := p.streamSet
 		p.mu.Unlock()
 		switch {
 		case following && current:
@@ -403,7 +413,9 @@ func (p *proc) awaitStream(ctx context.Context, inc int) bool {
 		case !current:
 			return false
 		}
-		if ctxtime.Sleep(ctx, 5*time.Millisecond) != nil {
+		select {
+		case <-changed:
+		case <-ctx.Done():
 			return false
 		}
 	}

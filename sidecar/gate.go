@@ -182,10 +182,11 @@ func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	}
 	switch {
 	case errors.Is(err, rest.ErrNotInCluster):
-		return nil, fmt.Errorf("sidecar: traffic policy %s or %s needs the Kubernetes API, and this is not a pod (%w): "+
-			"outside Kubernetes set %s (--%s) to %s, or give a kubeconfig with %s (--%s)",
-			batonv1.TrafficReadinessGate, batonv1.TrafficLabel, err, sidecarcontract.TrafficPolicy.Env(), sidecarcontract.TrafficPolicy.Flag(),
-			batonv1.TrafficNone, sidecarcontract.Kubeconfig.Env(), sidecarcontract.Kubeconfig.Flag())
+		return nil, fmt.Errorf("sidecar: traffic policy %s or %s, and %s (--%s), need the Kubernetes API, and this is not a pod (%w): "+
+			"outside Kubernetes set %s (--%s) to %s and leave %s unset, or give a kubeconfig with %s (--%s)",
+			batonv1.TrafficReadinessGate, batonv1.TrafficLabel, sidecarcontract.YieldWhenUnready.Env(), sidecarcontract.YieldWhenUnready.Flag(),
+			err, sidecarcontract.TrafficPolicy.Env(), sidecarcontract.TrafficPolicy.Flag(),
+			batonv1.TrafficNone, sidecarcontract.YieldWhenUnready.Env(), sidecarcontract.Kubeconfig.Env(), sidecarcontract.Kubeconfig.Flag())
 	case err != nil:
 		return nil, fmt.Errorf("sidecar: Kubernetes client config (%s): %w", sidecarcontract.Kubeconfig, err)
 	}

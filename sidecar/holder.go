@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,8 @@ type Holder struct {
 	acquiring     sync.WaitGroup
 	stopAcquiring context.Context
 	stopAll       context.CancelFunc
+
+	app appHealth // the app containers' readiness (spec.yieldWhenUnready); guarded by mu
 }
 
 type lockState struct {
@@ -52,8 +55,17 @@ type lockState struct {
 	lease    *lock.Lease
 	everHeld bool
 	// yield asks the Blocking-mode hold loop to release and queue again; it answers on the
-	// channel it was sent.
-	yield chan chan error
+	// request's reply channel.
+	yield chan yieldRequest
+	// healthYield is the lease being given up because the app is not ready (AppReadiness).
+	healthYield *lock.Lease
+}
+
+// yieldRequest asks the Blocking-mode hold loop to release its lease (the event says why) and
+// queue again.
+type yieldRequest struct {
+	reason string
+	reply  chan error
 }
 
 var _ sidecarapi.Service = (*Holder)(nil)
@@ -93,7 +105,7 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}
 	for _, id := range opts.LockIDs {
-		h.locks[id] = &lockState{status: sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, yield: make(chan chan error)}
+		h.locks[id] = &lockState{status: sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, yield: make(chan yieldRequest)}
 		h.byStore[opts.StoreLockID(id)] = id
 	}
 	return h, nil
@@ -134,6 +146,22 @@ func (h *Holder) hold(ctx context.Context, id string) {
 		}
 	}()
 	for ctx.Err() == nil {
+		if ready := h.appHeldBack(); ready != nil {
+			// Yielded because the app was not ready: out of the queue until it is.
+			h.update(id, func(s *lockState) {
+				s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: s.status.Token, Reason: h.app.heldBackReason()}
+			})
+			if yielded != nil {
+				yielded <- yieldErr
+				yielded = nil
+			}
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
 		h.update(id, func(s *lockState) {
 			reason := "joining the queue"
 			switch {
@@ -163,9 +191,9 @@ func (h *Holder) hold(ctx context.Context, id string) {
 		}
 		select {
 		case <-lease.Done():
-		case reply := <-yields:
+		case req := <-yields:
 			// Release, then queue again at the back: the waiters ahead are granted first.
-			yielded, yieldErr = reply, h.release(ctx, id, lease)
+			yielded, yieldErr = req.reply, h.release(ctx, id, lease, req.reason)
 			continue
 		case <-ctx.Done():
 			return // Shutdown releases it
@@ -370,6 +398,10 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	if st, _ := h.Lock(id); st.State == sidecarclient.StateHeld {
 		return st, nil
 	}
+	if err := h.errAppNotReady(); err != nil {
+		st, _ := h.Lock(id)
+		return st, err
+	}
 	h.mu.Lock()
 	if h.stopping {
 		h.mu.Unlock()
@@ -427,7 +459,7 @@ func (h *Holder) Release(ctx context.Context, id string) (sidecarclient.LockStat
 	if lease == nil {
 		return sidecarclient.LockStatus{}, fmt.Errorf("%w: %s", sidecarclient.ErrNotHeld, id)
 	}
-	err := h.release(ctx, id, lease)
+	err := h.release(ctx, id, lease, "")
 	st, _ := h.Lock(id)
 	return st, err
 }
@@ -437,6 +469,11 @@ func (h *Holder) Release(ctx context.Context, id string) (sidecarclient.LockStat
 // and Yield answers once the lock is released; in Try mode Yield then acquires again, waiting up
 // to wait as Acquire does.
 func (h *Holder) Yield(ctx context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
+	return h.yield(ctx, id, wait, "yielded")
+}
+
+// yield is Yield with the reason the released event gives.
+func (h *Holder) yield(ctx context.Context, id string, wait time.Duration, reason string) (sidecarclient.LockStatus, error) {
 	if err := h.declared(id); err != nil {
 		return sidecarclient.LockStatus{}, err
 	}
@@ -452,7 +489,7 @@ func (h *Holder) Yield(ctx context.Context, id string, wait time.Duration) (side
 		return st, fmt.Errorf("%w: %s, so there is nothing to yield", sidecarclient.ErrNotHeld, id)
 	}
 	if h.opts.Mode == batonv1.ModeTry {
-		if err := h.release(ctx, id, lease); err != nil {
+		if err := h.release(ctx, id, lease, reason); err != nil {
 			st, _ := h.Lock(id)
 			return st, err
 		}
@@ -460,7 +497,7 @@ func (h *Holder) Yield(ctx context.Context, id string, wait time.Duration) (side
 	}
 	reply := make(chan error, 1)
 	select {
-	case s.yield <- reply:
+	case s.yield <- yieldRequest{reason: reason, reply: reply}:
 	case <-lease.Done(): // lost meanwhile
 		st, _ := h.Lock(id)
 		return st, fmt.Errorf("%w: %s ended before it could be yielded", sidecarclient.ErrNotHeld, id)
@@ -477,19 +514,20 @@ func (h *Holder) Yield(ctx context.Context, id string, wait time.Duration) (side
 	return st, err
 }
 
-// release gives a lease back and reports it.
-func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease) error {
+// release gives a lease back and reports it; reason, when given, says why (the released event
+// carries it, and the status until the lock is queued for again).
+func (h *Holder) release(ctx context.Context, id string, lease *lock.Lease, reason string) error {
 	err := lease.Release(ctx) // Done closes before this returns, even on error
 	h.mu.Lock()
 	s := h.locks[id]
 	if s.lease == lease {
 		s.lease = nil
-		s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: lease.Token(), Reason: "released"}
+		s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: lease.Token(), Reason: cmp.Or(reason, "released")}
 		h.metrics.released(id) // before the event, as in acquired
-		h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventReleased, LockID: id, Token: lease.Token(), Time: lease.EndedAt()})
+		h.publishLocked(sidecarclient.Event{Type: sidecarclient.EventReleased, LockID: id, Token: lease.Token(), Reason: reason, Time: lease.EndedAt()})
 	}
 	h.mu.Unlock()
-	h.log.Info("lock released", "lock", id, "token", lease.Token(), "confirmed", err == nil)
+	h.log.Info("lock released", "lock", id, "token", lease.Token(), "confirmed", err == nil, "reason", cmp.Or(reason, "released"))
 	return err
 }
 
@@ -583,7 +621,7 @@ func (h *Holder) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for id, lease := range held {
 		wg.Go(func() {
-			if err := h.release(ctx, id, lease); err != nil {
+			if err := h.release(ctx, id, lease, "shutting down"); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

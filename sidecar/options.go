@@ -27,6 +27,9 @@ type Options struct {
 	Lease         time.Duration         // lease duration
 	Scope         batonv1.LockScope     // Namespace or Global
 	TrafficPolicy batonv1.TrafficPolicy // ReadinessGate, Label or None
+	// YieldWhenUnready gives the locks up once the app containers have not been ready this long
+	// (spec.yieldWhenUnready); 0 turns it off.
+	YieldWhenUnready time.Duration
 	// Cassandra is the lock store connection, with the credential and TLS files already read. Its
 	// ClusterName, when set, is the cluster the DistributedLock lives on
 	// (status.cassandraClusterName, injected by the webhook): the sidecar refuses any other.
@@ -80,11 +83,12 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 		TrafficPolicy: oneOf(v.Get(sidecarcontract.TrafficPolicy), batonv1.TrafficReadinessGate, batonv1.TrafficLabel, batonv1.TrafficNone),
 		Pod: PodIdentity{Namespace: v.Get(sidecarcontract.PodNamespace), Name: v.Get(sidecarcontract.PodName),
 			UID: v.Get(sidecarcontract.PodUID), IP: v.Get(sidecarcontract.PodIP)},
-		SocketPath:      v.Get(sidecarcontract.Socket),
-		ListenTCP:       v.Get(sidecarcontract.ListenTCP),
-		MetricsAddr:     v.Get(sidecarcontract.MetricsAddr),
-		ShutdownTimeout: dur(sidecarcontract.ShutdownTimeout),
-		Kubeconfig:      v.Get(sidecarcontract.Kubeconfig),
+		SocketPath:       v.Get(sidecarcontract.Socket),
+		ListenTCP:        v.Get(sidecarcontract.ListenTCP),
+		MetricsAddr:      v.Get(sidecarcontract.MetricsAddr),
+		ShutdownTimeout:  dur(sidecarcontract.ShutdownTimeout),
+		YieldWhenUnready: dur(sidecarcontract.YieldWhenUnready),
+		Kubeconfig:       v.Get(sidecarcontract.Kubeconfig),
 	}
 	if port, err := strconv.Atoi(v.Get(sidecarcontract.HintPort)); err != nil {
 		errs = append(errs, sidecarcontract.Errorf(sidecarcontract.HintPort, "is %q: want a UDP port number, or 0 for no hints", v.Get(sidecarcontract.HintPort)))
@@ -163,10 +167,23 @@ func (o Options) problems() []error {
 				o.Pod.IP, sidecarcontract.HintPort.Env(), o.HintPort, sidecarcontract.HintPort.Env())
 		}
 	}
+	if lo, hi := durationOf(batonv1.MinYieldWhenUnready), durationOf(batonv1.MaxYieldWhenUnready); o.YieldWhenUnready != 0 && (o.YieldWhenUnready < lo || o.YieldWhenUnready > hi) {
+		bad(sidecarcontract.YieldWhenUnready, "is %v: use %s to %s, or 0 to keep the locks whatever the app's readiness",
+			o.YieldWhenUnready, batonv1.MinYieldWhenUnready, batonv1.MaxYieldWhenUnready)
+	}
 	if o.ShutdownTimeout <= 0 {
 		bad(sidecarcontract.ShutdownTimeout, "is %v: give a positive duration", o.ShutdownTimeout)
 	}
 	return errs
+}
+
+// durationOf parses one of package v1's duration constants.
+func durationOf(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic("sidecar: package v1 has a bound that is not a duration: " + s)
+	}
+	return d
 }
 
 // HintAddr returns where the sidecar listens for hand-off hints: the pod IP and HintPort.

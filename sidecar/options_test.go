@@ -137,6 +137,8 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"bad lease", nil, map[string]string{"BATON_LEASE": "forever"}, []string{"--lease (BATON_LEASE)", "duration"}},
 		{"short lease", []string{"--lease=10ms"}, nil, []string{"--lease (BATON_LEASE) is 10ms"}},
 		{"bad scope", nil, map[string]string{"BATON_SCOPE": "Cluster"}, []string{"use Namespace or Global"}},
+		{"bad yield when unready", nil, map[string]string{"BATON_YIELD_WHEN_UNREADY": "soon"}, []string{"--yield-when-unready (BATON_YIELD_WHEN_UNREADY)", "duration"}},
+		{"short yield when unready", []string{"--yield-when-unready=200ms"}, nil, []string{"--yield-when-unready (BATON_YIELD_WHEN_UNREADY) is 200ms: use 1s to 1h, or 0"}},
 		{"bad traffic", nil, map[string]string{"BATON_TRAFFIC_POLICY": "DNS"}, []string{"use ReadinessGate, Label or None"}},
 		{"no hosts", nil, map[string]string{"BATON_CASSANDRA_HOSTS": ""}, []string{"--cassandra-hosts (BATON_CASSANDRA_HOSTS) is empty"}},
 		{"weak consistency", nil, map[string]string{"BATON_CASSANDRA_CONSISTENCY": "one"}, []string{`is "ONE": a lock needs QUORUM`}},

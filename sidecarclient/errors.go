@@ -40,6 +40,7 @@ const (
 	CodeNotTryMode       = "not_try_mode"
 	CodeNotHeld          = "not_held"
 	CodeLocked           = "locked"
+	CodeAppNotReady      = "app_not_ready"
 	CodeShuttingDown     = "shutting_down"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
@@ -56,6 +57,8 @@ func sentinelFor(code string) error {
 		return ErrNotHeld
 	case CodeLocked:
 		return ErrLocked
+	case CodeAppNotReady:
+		return ErrAppNotReady
 	case CodeShuttingDown:
 		return ErrShuttingDown
 	}

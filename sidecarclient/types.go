@@ -66,6 +66,9 @@ var (
 	ErrNotTryMode  = errors.New("baton: lock is not in Try mode") // 409
 	ErrNotHeld     = errors.New("baton: lock is not held")        // 409
 	ErrLocked      = errors.New("baton: lock is held elsewhere")  // 409 (acquire gave up)
+	// ErrAppNotReady: the sidecar gave the lock up because the pod's app containers were not
+	// ready (spec.yieldWhenUnready), and takes it again only once they are.
+	ErrAppNotReady = errors.New("baton: the app is not ready") // 409
 	// ErrShuttingDown: the sidecar got SIGTERM; it acquires nothing more and releases what it holds.
 	ErrShuttingDown = errors.New("baton: sidecar is shutting down") // 503
 )

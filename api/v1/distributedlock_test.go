@@ -134,6 +134,9 @@ func TestValidation(t *testing.T) {
 		{"63-char ID with dots", func(s *batonv1.DistributedLockSpec) { s.LockIDs = []string{"a." + strings.Repeat("b", 60) + "c"} }, ""},
 		{"lease 500ms", func(s *batonv1.DistributedLockSpec) { s.LeaseDuration = lease(500 * time.Millisecond) }, "leaseDuration must be between 1s and 1h"},
 		{"lease 2h", func(s *batonv1.DistributedLockSpec) { s.LeaseDuration = lease(2 * time.Hour) }, "leaseDuration must be between 1s and 1h"},
+		{"yieldWhenUnready 500ms", func(s *batonv1.DistributedLockSpec) { s.YieldWhenUnready = lease(500 * time.Millisecond) }, "yieldWhenUnready must be between 1s and 1h"},
+		{"yieldWhenUnready 2h", func(s *batonv1.DistributedLockSpec) { s.YieldWhenUnready = lease(2 * time.Hour) }, "yieldWhenUnready must be between 1s and 1h"},
+		{"yieldWhenUnready 1s", func(s *batonv1.DistributedLockSpec) { s.YieldWhenUnready = lease(time.Second) }, ""},
 		{"lease 1s", func(s *batonv1.DistributedLockSpec) { s.LeaseDuration = lease(time.Second) }, ""},
 		{"lease 1h", func(s *batonv1.DistributedLockSpec) { s.LeaseDuration = lease(time.Hour) }, ""},
 		{"bad mode", func(s *batonv1.DistributedLockSpec) { s.Mode = "Sometimes" }, `Unsupported value: "Sometimes": supported values: "Blocking", "Try"`},
@@ -415,6 +418,10 @@ func TestCRDAgreesWithConstants(t *testing.T) {
 	rule := fmt.Sprint(lease["x-kubernetes-validations"])
 	if !strings.Contains(rule, "duration('"+batonv1.MinLeaseDuration+"')") || !strings.Contains(rule, "duration('"+batonv1.MaxLeaseDuration+"')") {
 		t.Errorf("leaseDuration rule %s does not use bounds %s and %s", rule, batonv1.MinLeaseDuration, batonv1.MaxLeaseDuration)
+	}
+	rule = fmt.Sprint(spec["yieldWhenUnready"].(map[string]any)["x-kubernetes-validations"])
+	if !strings.Contains(rule, "duration('"+batonv1.MinYieldWhenUnready+"')") || !strings.Contains(rule, "duration('"+batonv1.MaxYieldWhenUnready+"')") {
+		t.Errorf("yieldWhenUnready rule %s does not use bounds %s and %s", rule, batonv1.MinYieldWhenUnready, batonv1.MaxYieldWhenUnready)
 	}
 }
 

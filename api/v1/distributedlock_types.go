@@ -20,6 +20,9 @@ const (
 	// MinLeaseDuration and MaxLeaseDuration bound spec.leaseDuration.
 	MinLeaseDuration = "1s"
 	MaxLeaseDuration = "1h"
+	// MinYieldWhenUnready and MaxYieldWhenUnready bound spec.yieldWhenUnready.
+	MinYieldWhenUnready = "1s"
+	MaxYieldWhenUnready = "1h"
 )
 
 // LockMode says when a pod's sidecar acquires its locks.
@@ -173,6 +176,22 @@ type DistributedLockSpec struct {
 	// +optional
 	// +kubebuilder:default=Namespace
 	Scope LockScope `json:"scope,omitempty"`
+
+	// yieldWhenUnready binds the locks to the app's health. When set, a pod's sidecar gives up
+	// the locks it holds once the pod's app containers (every container but the sidecar) have
+	// not all been ready for this long, counted from the grant or from the last time they were
+	// all ready, whichever is later; it then takes no lock again, and asks for none (Blocking
+	// mode) or refuses the app's requests (Try mode), until they are all ready again. Readiness
+	// is the kubelet's: the containers' ready flags in the pod's status, which the sidecar reads
+	// from the API server. While the API server cannot be reached the sidecar keeps what it
+	// holds. A Go duration between 1s and 1h; unset (the default) turns this off. Choose it
+	// longer than the app takes to become ready after it is granted the lock.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="yieldWhenUnready must be a duration such as 30s or 2m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="yieldWhenUnready must be between 1s and 1h"
+	YieldWhenUnready *metav1.Duration `json:"yieldWhenUnready,omitempty"`
 
 	// cassandra overrides the operator's default lock store connection, field by field: a field
 	// left out keeps the operator's value.

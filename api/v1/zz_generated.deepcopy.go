@@ -126,6 +126,11 @@ func (in *DistributedLockSpec) DeepCopyInto(out *DistributedLockSpec) {
 		*out = new(metav1.Duration)
 		**out = **in
 	}
+	if in.YieldWhenUnready != nil {
+		in, out := &in.YieldWhenUnready, &out.YieldWhenUnready
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	if in.Cassandra != nil {
 		in, out := &in.Cassandra, &out.Cassandra
 		*out = new(CassandraConnection)

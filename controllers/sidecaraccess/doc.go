@@ -2,8 +2,11 @@
 //
 // A sidecar writes exactly one thing to the API server: its own pod's baton.dev/lock-held
 // condition, with a PATCH of pods/status (traffic policy ReadinessGate), or its own pod's
-// baton.dev/role label, with a PATCH of pods (traffic policy Label). It runs with its pod's
-// service account, which it shares with the app.
+// baton.dev/role label, with a PATCH of pods (traffic policy Label). With spec.yieldWhenUnready it
+// also reads its own pod, from the answer to a PATCH of pods/status that changes nothing (see
+// sidecar.AppWatch): no get is granted, because RBAC cannot limit a read to the reader's own pod
+// while the policy below limits the patch. It runs with its pod's service account, which it shares
+// with the app.
 //
 // The model has two halves:
 //

@@ -93,6 +93,28 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 	}
 	expectCondition(t, f, a, "False")
 
+	// With yieldWhenUnready the sidecar reads its own pod's app readiness from the answer to a
+	// patch of its status that changes nothing (it has no get on pods): allowed, and not written.
+	before := getPod(t, f, a).ResourceVersion
+	if ready, detail, err := appWatch(t, asA, a).Read(ctx); err != nil || !ready {
+		t.Fatalf("sidecar of pod a reading its app's readiness: ready %v (%s), %v; want ready", ready, detail, err)
+	}
+	if after := getPod(t, f, a); after.ResourceVersion != before {
+		t.Errorf("reading pod a's readiness wrote it: resourceVersion %s, was %s", after.ResourceVersion, before)
+	}
+	notReady := getPod(t, f, a)
+	notReady.Status.ContainerStatuses[0].Ready = false
+	if err := f.c.Status().Update(ctx, notReady); err != nil {
+		t.Fatal(err)
+	}
+	if ready, detail, err := appWatch(t, asA, a).Read(ctx); err != nil || ready || detail != "container app not ready" {
+		t.Fatalf("sidecar of pod a reading its unready app: ready %v (%q), %v; want not ready (container app not ready)", ready, detail, err)
+	}
+	runLikeKubelet(t, f, getPod(t, f, a))
+	// ... and it cannot read another pod that way.
+	_, _, err = appWatch(t, asA, b).Read(ctx)
+	expectPolicyDenial(t, "pod a's token reading pod b through a status patch", err, "this token is bound to pod a, not to pod b")
+
 	// ... but not another pod's, even with the same service account.
 	err = newGate(t, asA, b, batonv1.TrafficReadinessGate).Apply(ctx, held)
 	expectPolicyDenial(t, "pod a's token setting pod b's condition", err, "this token is bound to pod a, not to pod b")
@@ -246,6 +268,28 @@ func newGate(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, policy bato
 		t.Fatal(err)
 	}
 	return sidecar.NewGate(cs, opts, h, logr.Discard())
+}
+
+// appWatch is the sidecar's reader of pod's app readiness, reading with cs.
+func appWatch(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) *sidecar.AppWatch {
+	t.Helper()
+	opts, err := sidecar.ParseOptions([]string{
+		"--locks=job", "--cassandra-hosts=127.0.0.1", "--yield-when-unready=10s",
+		"--pod-namespace=" + pod.Namespace, "--pod-name=" + pod.Name, "--pod-uid=" + string(pod.UID),
+	}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sidecar.NewAppWatch(cs, opts, nil, logr.Discard())
+}
+
+func getPod(t *testing.T, f fixture, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got, err := f.cs.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // conditionPatch is a strategic-merge patch of the baton.dev/lock-held condition.

@@ -138,6 +138,9 @@ type Workload struct {
 	Mode      batonv1.LockMode
 	Policy    batonv1.TrafficPolicy
 	Lease     time.Duration
+	// YieldWhenUnready, when set, binds the lock to the app's health (spec.yieldWhenUnready) and
+	// gives the app a readiness probe on its GET /readyz, every second.
+	YieldWhenUnready time.Duration
 }
 
 // Objects returns the workload's DistributedLock; the Deployment of the demo app annotated with
@@ -150,6 +153,14 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 			LockIDs: []string{w.Name}, Mode: w.Mode, TrafficPolicy: w.Policy,
 			LeaseDuration: &metav1.Duration{Duration: w.Lease},
 		},
+	}
+	var probe *corev1.Probe
+	if w.YieldWhenUnready > 0 {
+		dl.Spec.YieldWhenUnready = &metav1.Duration{Duration: w.YieldWhenUnready}
+		probe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(8080)}},
+			PeriodSeconds: 1, FailureThreshold: 1,
+		}
 	}
 	labels := map[string]string{"app": w.Name}
 	all := intstr.FromString("100%")
@@ -164,8 +175,9 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{inject.AnnotationLock: w.Name}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name: "app", Image: imagebuild.DemoAppTag, ImagePullPolicy: corev1.PullNever,
-					Env:   []corev1.EnvVar{{Name: demoapp.EnvLockID, Value: w.Name}},
-					Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+					Env:            []corev1.EnvVar{{Name: demoapp.EnvLockID, Value: w.Name}},
+					Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
+					ReadinessProbe: probe,
 				}}},
 			},
 		},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,9 +61,10 @@ type App struct {
 	log     logr.Logger
 	clock   clock.WithTicker
 
-	mu      sync.Mutex
-	writes  Writes
-	lastErr string
+	mu       sync.Mutex
+	writes   Writes
+	lastErr  string
+	notReady bool // set through PUT /readyz, to show a lock following the app's health
 }
 
 // Option sets an optional knob of New.
@@ -91,7 +93,10 @@ func New(cfg Config, sidecar *sidecarclient.Client, log logr.Logger, opts ...Opt
 	return a, nil
 }
 
-// Handler serves GET / (Status as JSON; 503 when the sidecar does not answer) and GET /healthz.
+// Handler serves GET / (Status as JSON; 503 when the sidecar does not answer), GET /healthz, and
+// GET /readyz for a readiness probe: 200, or 503 once PUT /readyz with the body "false" made the
+// app not ready (the body "true" makes it ready again). The demos and the end-to-end tests use it
+// to show a lock following the app's health (spec.yieldWhenUnready).
 func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -105,6 +110,37 @@ func (a *App) Handler() http.Handler {
 		_ = json.NewEncoder(w).Encode(st)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		notReady := a.notReady
+		a.mu.Unlock()
+		if notReady {
+			http.Error(w, "not ready (PUT /readyz true to make it ready)", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.HandleFunc("PUT /readyz", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 16))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var ready bool
+		switch strings.TrimSpace(string(body)) {
+		case "true":
+			ready = true
+		case "false":
+		default:
+			http.Error(w, `send the body "true" or "false"`, http.StatusBadRequest)
+			return
+		}
+		a.mu.Lock()
+		a.notReady = !ready
+		a.mu.Unlock()
+		a.log.Info("readiness set", "ready", ready)
+		_, _ = fmt.Fprintf(w, "ready: %v\n", ready)
+	})
 	return mux
 }
 

@@ -117,6 +117,34 @@ func TestStatus(t *testing.T) {
 			t.Errorf("GET /healthz: %d, want 200 without the sidecar", rec.Code)
 		}
 	})
+	t.Run("readiness", func(t *testing.T) {
+		app, err := New(Config{PodName: "demo-0", Socket: filepath.Join(t.TempDir(), "none.sock")},
+			sidecarclient.New(filepath.Join(t.TempDir(), "none.sock")), logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve := func(method, body string) int {
+			rec := httptest.NewRecorder()
+			app.Handler().ServeHTTP(rec, httptest.NewRequest(method, "/readyz", strings.NewReader(body)))
+			return rec.Code
+		}
+		for _, step := range []struct {
+			method, body string
+			want         int
+		}{
+			{http.MethodGet, "", http.StatusOK},
+			{http.MethodPut, "false", http.StatusOK},
+			{http.MethodGet, "", http.StatusServiceUnavailable},
+			{http.MethodPut, "maybe", http.StatusBadRequest},
+			{http.MethodGet, "", http.StatusServiceUnavailable},
+			{http.MethodPut, "true\n", http.StatusOK},
+			{http.MethodGet, "", http.StatusOK},
+		} {
+			if got := serve(step.method, step.body); got != step.want {
+				t.Fatalf("%s /readyz %q: %d, want %d", step.method, step.body, got, step.want)
+			}
+		}
+	})
 }
 
 func TestWriteOnce(t *testing.T) {

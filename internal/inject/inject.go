@@ -120,7 +120,7 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 
 	// The sidecar's token when the pod has none and the sidecar reports to the pod.
 	tokenless := spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken
-	if tokenless && s.traffic != batonv1.TrafficNone {
+	if tokenless && s.needsAPI() {
 		setVolume(&spec.Volumes, tokenVolume())
 	}
 	// Every container joins the socket's group.
@@ -143,7 +143,7 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 
 	// 3. The sidecar.
 	sc := sidecarContainer(s, cfg, socketMount)
-	if tokenless && s.traffic != batonv1.TrafficNone {
+	if tokenless && s.needsAPI() {
 		sc.VolumeMounts = append(sc.VolumeMounts, corev1.VolumeMount{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true})
 	}
 	if cfg.NativeSidecars {
@@ -252,10 +252,17 @@ type settings struct {
 	lease       time.Duration
 	scope       batonv1.LockScope
 	traffic     batonv1.TrafficPolicy
+	yieldAfter  time.Duration               // spec.yieldWhenUnready; 0: off
 	conn        batonv1.CassandraConnection // the operator's defaults merged with spec.cassandra
 	clusterName string                      // status.cassandraClusterName: the cluster the lock lives on
 	secrets     []secretVolume
 	fileEnv     []corev1.EnvVar // BATON_CASSANDRA_*_FILE and TLS paths
+}
+
+// needsAPI reports whether the sidecar talks to the Kubernetes API: to report the lock to its
+// pod, or to read its app's readiness.
+func (s settings) needsAPI() bool {
+	return s.traffic != batonv1.TrafficNone || s.yieldAfter > 0
 }
 
 // secretVolume is a Secret mounted read-only into the sidecar.
@@ -281,9 +288,14 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 		v(sidecarcontract.Lease, s.lease.String()),
 		v(sidecarcontract.Scope, string(s.scope)),
 		v(sidecarcontract.TrafficPolicy, string(s.traffic)),
+	}
+	if s.yieldAfter > 0 {
+		env = append(env, v(sidecarcontract.YieldWhenUnready, s.yieldAfter.String()))
+	}
+	env = append(env,
 		v(sidecarcontract.CassandraHosts, strings.Join(s.conn.ContactPoints, ",")),
 		v(sidecarcontract.Keyspace, s.conn.Keyspace),
-	}
+	)
 	if s.conn.LocalDC != "" {
 		env = append(env, v(sidecarcontract.LocalDC, s.conn.LocalDC))
 	}
@@ -369,6 +381,17 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 	}
 	if s.lease < lo || s.lease > hi {
 		p.add("spec.leaseDuration %v: use %v to %v", s.lease, lo, hi)
+	}
+	if sp.YieldWhenUnready != nil {
+		s.yieldAfter = sp.YieldWhenUnready.Duration
+		lo, errLo := time.ParseDuration(batonv1.MinYieldWhenUnready)
+		hi, errHi := time.ParseDuration(batonv1.MaxYieldWhenUnready)
+		if err := errors.Join(errLo, errHi); err != nil {
+			p.add("the API's yieldWhenUnready bounds do not parse: %v", err) // a bug in package v1, not in dl
+		}
+		if s.yieldAfter < lo || s.yieldAfter > hi {
+			p.add("spec.yieldWhenUnready %v: use %s to %s, or leave it unset", s.yieldAfter, batonv1.MinYieldWhenUnready, batonv1.MaxYieldWhenUnready)
+		}
 	}
 
 	if c := sp.Cassandra; c != nil {

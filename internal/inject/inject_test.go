@@ -290,6 +290,9 @@ func TestInjectErrors(t *testing.T) {
 		{name: "short lease", dl: func(d *batonv1.DistributedLock) {
 			d.Spec.LeaseDuration = &metav1.Duration{Duration: time.Millisecond}
 		}, is: inject.ErrInvalidLock, message: "spec.leaseDuration 1ms"},
+		{name: "short yieldWhenUnready", dl: func(d *batonv1.DistributedLock) {
+			d.Spec.YieldWhenUnready = &metav1.Duration{Duration: 100 * time.Millisecond}
+		}, is: inject.ErrInvalidLock, message: "spec.yieldWhenUnready 100ms: use 1s to 1h, or leave it unset"},
 		{name: "no contact points", cfg: func(c *inject.Config) { c.Cassandra.ContactPoints = nil }, is: inject.ErrInvalidLock, message: "no Cassandra contact points"},
 		{name: "local quorum without dc", dl: func(d *batonv1.DistributedLock) {
 			d.Spec.Cassandra = &batonv1.CassandraConnection{Consistency: batonv1.ConsistencyLocalQuorum}

@@ -2,11 +2,13 @@ package sidecarapi
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +119,19 @@ func TestClient(t *testing.T) {
 		}
 		if apiErr.Status != http.StatusConflict || apiErr.Lock == nil || *apiErr.Lock != st {
 			t.Errorf("Acquire error = %+v (lock %+v), want 409 with lock %+v", apiErr, apiErr.Lock, st)
+		}
+	})
+	t.Run("Acquire while the app is not ready", func(t *testing.T) {
+		st := sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateIdle, Token: 4, Reason: "not queueing: the app was not ready for 30s"}
+		f.acquire = acquireWants(t, "c", 0, st, fmt.Errorf("%w: app container not ready", sidecarclient.ErrAppNotReady))
+		_, err := c.Acquire(ctx, "c", 0)
+		var apiErr *sidecarclient.Error
+		if !errors.Is(err, sidecarclient.ErrAppNotReady) || errors.Is(err, sidecarclient.ErrLocked) || !errors.As(err, &apiErr) {
+			t.Fatalf("Acquire error = %v, want *Error matching only sidecarclient.ErrAppNotReady", err)
+		}
+		if apiErr.Status != http.StatusConflict || apiErr.Code != sidecarclient.CodeAppNotReady || apiErr.Lock == nil || *apiErr.Lock != st ||
+			!strings.Contains(apiErr.Error(), "app container not ready") {
+			t.Errorf("Acquire error = %+v (lock %+v), want 409 %s with lock %+v and the reason", apiErr, apiErr.Lock, sidecarclient.CodeAppNotReady, st)
 		}
 	})
 	t.Run("Acquire while shutting down", func(t *testing.T) {

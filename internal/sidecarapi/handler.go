@@ -328,6 +328,9 @@ func (h *handler) serviceError(r *http.Request, op, id string, st sidecarclient.
 		return &apiError{status: http.StatusConflict, code: sidecarclient.CodeLocked, lock: lock,
 			msg: fmt.Sprintf("lock %q is held elsewhere%s; retry later or ask for a longer wait (up to %v)%s",
 				id, holder, h.opts.maxWait, detail)}
+	case errors.Is(err, sidecarclient.ErrAppNotReady):
+		return &apiError{status: http.StatusConflict, code: sidecarclient.CodeAppNotReady, lock: lock,
+			msg: fmt.Sprintf("lock %q is not taken while the app is not ready (yieldWhenUnready)%s", id, detail)}
 	case errors.Is(err, sidecarclient.ErrShuttingDown):
 		return &apiError{status: http.StatusServiceUnavailable, code: sidecarclient.CodeShuttingDown, lock: lock,
 			msg: fmt.Sprintf("the sidecar is shutting down (SIGTERM): it will not %s lock %q%s", op, id, detail)}
@@ -343,7 +346,7 @@ func (h *handler) serviceError(r *http.Request, op, id string, st sidecarclient.
 
 // sentinelOf returns the sentinel error err wraps, or nil.
 func sentinelOf(err error) error {
-	for _, s := range []error{sidecarclient.ErrUnknownLock, sidecarclient.ErrNotTryMode, sidecarclient.ErrNotHeld, sidecarclient.ErrLocked, sidecarclient.ErrShuttingDown} {
+	for _, s := range []error{sidecarclient.ErrUnknownLock, sidecarclient.ErrNotTryMode, sidecarclient.ErrNotHeld, sidecarclient.ErrLocked, sidecarclient.ErrAppNotReady, sidecarclient.ErrShuttingDown} {
 		if errors.Is(err, s) {
 			return s
 		}

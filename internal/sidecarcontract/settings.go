@@ -22,6 +22,8 @@ const (
 	Lease         Setting = "lease"
 	Scope         Setting = "scope"
 	TrafficPolicy Setting = "traffic-policy"
+	// YieldWhenUnready is spec.yieldWhenUnready: 0 turns it off.
+	YieldWhenUnready Setting = "yield-when-unready"
 
 	CassandraHosts    Setting = "cassandra-hosts"
 	Keyspace          Setting = "keyspace"
@@ -64,6 +66,7 @@ var table = []row{
 	{Lease, "BATON_LEASE", "lease duration, e.g. 15s", batonv1.DefaultLeaseDuration},
 	{Scope, "BATON_SCOPE", "Namespace or Global", string(batonv1.ScopeNamespace)},
 	{TrafficPolicy, "BATON_TRAFFIC_POLICY", "ReadinessGate, Label or None (None outside Kubernetes: the others need its API)", string(batonv1.TrafficReadinessGate)},
+	{YieldWhenUnready, "BATON_YIELD_WHEN_UNREADY", "give the locks up once the pod's app containers have not been ready this long, and take none until they are (reads the pod from the Kubernetes API; 0: off)", "0s"},
 
 	{CassandraHosts, "BATON_CASSANDRA_HOSTS", "comma-separated Cassandra contact points (host or host:port)", ""},
 	{Keyspace, "BATON_CASSANDRA_KEYSPACE", "Cassandra keyspace holding baton's tables", "baton"},

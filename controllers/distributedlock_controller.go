@@ -87,8 +87,8 @@ type DistributedLockReconciler struct {
 
 // +kubebuilder:rbac:groups=baton.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=baton.dev,resources=distributedlocks/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;replicasets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -216,6 +216,13 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			"lock %s: %s -> %s (token %d)", c.LockID, from, c.NewHolder, c.NewToken)
 	}
 	revocation := r.revoke(storeCtx, dl, store, snapshots)
+	next := r.interval()
+	if pending, err := r.handoff(ctx, dl, snapshots); err != nil {
+		log.Info("marking superseded pods failed; retrying", "err", err.Error())
+		next = min(next, handoffPoll)
+	} else if pending {
+		next = min(next, handoffPoll)
+	}
 
 	r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionTrue, "Read",
 		fmt.Sprintf("read %d lock(s) from the lock store", len(dl.Spec.LockIDs)))
@@ -236,7 +243,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	case edited:
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
-	return ctrl.Result{RequeueAfter: r.interval()}, nil
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 // clusterNamer is a lock store that knows which Cassandra cluster it reached

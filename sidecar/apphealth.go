@@ -3,138 +3,213 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
-// appHealth binds the locks to the readiness of the pod's app containers (spec.yieldWhenUnready):
-// the holder gives up what it holds once they have not all been ready for Options.YieldWhenUnready,
-// and takes nothing again until they are. The Holder's mutex guards it.
+// holdBack keeps the holder away from its locks while its pod should not hold them, for two
+// reasons, each read from the pod (PodWatch, Holder.PodReading):
 //
-// Only observations count. An AppWatch reports each reading of the pod's status through
-// AppReadiness; while none arrives (the API server is unreachable) nothing changes, so a control
-// plane outage never makes every holder of a cluster give up its locks at once.
-type appHealth struct {
+//   - the app is not ready (spec.yieldWhenUnready): once the app containers have not all been
+//     ready for Options.YieldWhenUnready the holder gives up what it holds, and takes nothing
+//     again until a reading shows them ready;
+//   - the pod is superseded (spec.handoff NewestRevision): while the operator's annotation
+//     baton.dev/superseded is on the pod, the holder gives up what it holds at once, leaves the
+//     queue, and takes nothing.
+//
+// Only readings count. While none arrives (the API server is unreachable) nothing changes, so a
+// control-plane outage never makes every holder of a cluster give up its locks at once. The
+// Holder's mutex guards it.
+type holdBack struct {
 	// notReadySince is when a reading first showed the app not ready after the last reading that
 	// showed it ready (zero while ready, or before any reading).
 	notReadySince time.Time
 	// detail says which containers were not ready at the last reading.
 	detail string
-	// heldBack is closed when the app is ready again after a yield for its health; nil while
-	// the holder may acquire.
-	heldBack chan struct{}
-	// yieldedAfter is how long the app had not been ready when the holder yielded.
-	yieldedAfter time.Duration
+	// unready is why the holder gave its locks up for the app's health ("" when it did not, or
+	// the app has been ready since).
+	unready string
+	// superseded is the pod's baton.dev/superseded annotation ("" when absent).
+	superseded string
+	// released is closed once neither reason holds; nil while the holder may acquire.
+	released chan struct{}
+	// stopWaiting is cancelled when a reason begins: waiting acquisitions leave the queue.
+	stopWaiting context.Context
+	cancel      context.CancelFunc
 }
 
-// heldBackReason is the status of a lock while the holder waits for the app to be ready.
-func (a *appHealth) heldBackReason() string {
-	return fmt.Sprintf("not queueing: the app was not ready for %v (%s); queueing again once it is ready",
-		a.yieldedAfter.Round(time.Millisecond), a.detail)
+// reasonLocked says why the holder keeps away from its locks, "" when it may acquire.
+func (b *holdBack) reason() string {
+	var r []string
+	if b.unready != "" {
+		r = append(r, b.unready)
+	}
+	if b.superseded != "" {
+		r = append(r, "superseded: "+b.superseded)
+	}
+	return strings.Join(r, "; ")
 }
 
-// appHeldBack returns a channel that is closed once the app is ready again, or nil when the
-// holder may acquire.
+// holdBackStatus is the status of a lock while the holder keeps away from it.
+func (h *Holder) holdBackStatus() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return "not queueing: " + h.back.reason() + "; queueing again once that is over"
+}
+
+// appHeldBack returns a channel that is closed once the holder may acquire again, or nil when it
+// may now.
 func (h *Holder) appHeldBack() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.app.heldBack == nil {
-		return nil
-	}
-	return h.app.heldBack
+	return h.back.released // nil when not held back
 }
 
-// errAppNotReady returns ErrAppNotReady with the reason for a Try-mode request while held back,
-// or nil when the holder may acquire.
-func (h *Holder) errAppNotReady() error {
+// waitingContext returns a context that ends when the holder starts keeping away from its locks,
+// for an acquisition to leave the queue then.
+func (h *Holder) waitingContext() context.Context {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.app.heldBack == nil {
-		return nil
+	if h.back.stopWaiting == nil {
+		h.back.stopWaiting, h.back.cancel = context.WithCancel(context.Background())
 	}
-	return fmt.Errorf("%w: %s", sidecarclient.ErrAppNotReady, h.app.heldBackReason())
+	return h.back.stopWaiting
 }
 
-// AppReadiness records one reading of the app containers' readiness taken at now; detail names
-// the containers that are not ready. Once the app has not been ready for Options.YieldWhenUnready,
-// counted from the later of that reading's start and each grant, the holder releases what it
-// holds (the released event and the status give the reason) and acquires nothing until a reading
-// shows the app ready. Without YieldWhenUnready it does nothing.
-func (h *Holder) AppReadiness(ready bool, detail string, now time.Time) {
-	after := h.opts.YieldWhenUnready
-	if after <= 0 {
-		return
-	}
+// errHeldBack returns the error of a Try-mode request while the holder keeps away from its locks
+// (ErrSuperseded or ErrAppNotReady, with the reason), or nil when it may acquire.
+func (h *Holder) errHeldBack() error {
 	h.mu.Lock()
-	a := &h.app
-	if ready {
-		a.notReadySince, a.detail = time.Time{}, ""
-		if a.heldBack != nil {
-			close(a.heldBack)
-			a.heldBack = nil
-			h.mu.Unlock()
-			h.log.Info("the app is ready again: taking the locks again")
-			return
+	defer h.mu.Unlock()
+	switch {
+	case h.back.released == nil:
+		return nil
+	case h.back.superseded != "":
+		return fmt.Errorf("%w: %s", sidecarclient.ErrSuperseded, h.back.superseded)
+	default:
+		return fmt.Errorf("%w: %s", sidecarclient.ErrAppNotReady, h.back.unready)
+	}
+}
+
+// PodReading is one reading of the sidecar's pod.
+type PodReading struct {
+	AppReady bool   // every app container is ready
+	Detail   string // which are not, and why
+	// Superseded is the pod's baton.dev/superseded annotation: "" when absent.
+	Superseded string
+	At         time.Time
+}
+
+// PodReading records one reading of the pod. With YieldWhenUnready, once the app has not been ready
+// for that long, counted from the later of the first reading that showed it and each grant, the
+// holder releases what it holds (the released event and the status give the reason) and acquires
+// nothing until a reading shows the app ready. With handoff NewestRevision, while the pod is
+// superseded it releases what it holds at once, leaves the queue and acquires nothing.
+func (h *Holder) PodReading(r PodReading) {
+	h.mu.Lock()
+	b := &h.back
+	wasHeldBack := b.released != nil
+	if h.opts.YieldWhenUnready > 0 {
+		if r.AppReady {
+			b.notReadySince, b.detail, b.unready = time.Time{}, "", ""
+		} else {
+			if b.notReadySince.IsZero() {
+				b.notReadySince = r.At
+			}
+			b.detail = r.Detail
 		}
-		h.mu.Unlock()
-		return
 	}
-	if a.notReadySince.IsZero() {
-		a.notReadySince = now
+	if h.opts.Handoff == batonv1.HandoffNewestRevision {
+		b.superseded = r.Superseded
+	} else {
+		b.superseded = ""
 	}
-	a.detail = detail
-	var (
-		due         []string
-		notReadyFor time.Duration
-	)
-	for _, id := range h.opts.LockIDs {
-		s := h.locks[id]
-		if s.lease == nil || s.lease == s.healthYield {
-			continue
+
+	// What to give up now.
+	var due []string
+	var reason string
+	if b.superseded != "" {
+		reason = "superseded: " + b.superseded
+		for _, id := range h.opts.LockIDs {
+			if s := h.locks[id]; s.lease != nil && s.lease != s.healthYield {
+				s.healthYield = s.lease
+				due = append(due, id)
+			}
 		}
-		since := a.notReadySince
-		if s.status.HeldSince.After(since) {
-			since = s.status.HeldSince
+	} else if h.opts.YieldWhenUnready > 0 && !r.AppReady {
+		var notReadyFor time.Duration
+		for _, id := range h.opts.LockIDs {
+			s := h.locks[id]
+			if s.lease == nil || s.lease == s.healthYield {
+				continue
+			}
+			since := b.notReadySince
+			if s.status.HeldSince.After(since) {
+				since = s.status.HeldSince
+			}
+			if r.At.Sub(since) >= h.opts.YieldWhenUnready {
+				s.healthYield = s.lease
+				due = append(due, id)
+				notReadyFor = max(notReadyFor, r.At.Sub(since))
+			}
 		}
-		if now.Sub(since) >= after {
-			s.healthYield = s.lease
-			due = append(due, id)
-			notReadyFor = max(notReadyFor, now.Sub(since))
+		if len(due) > 0 {
+			b.unready = fmt.Sprintf("the app was not ready for %v (%s)", notReadyFor.Round(time.Millisecond), r.Detail)
+			reason = b.unready
 		}
 	}
-	if len(due) == 0 || h.stopping {
-		h.mu.Unlock()
-		return
+
+	heldBack := b.reason() != "" && !h.stopping
+	switch {
+	case heldBack && !wasHeldBack:
+		b.released = make(chan struct{})
+		if b.cancel != nil {
+			b.cancel() // waiting acquisitions leave the queue
+		}
+		b.stopWaiting, b.cancel = context.WithCancel(context.Background())
+	case !heldBack && wasHeldBack:
+		close(b.released)
+		b.released = nil
 	}
-	if a.heldBack == nil {
-		a.heldBack = make(chan struct{})
+	if h.stopping {
+		due = nil
 	}
-	a.yieldedAfter = notReadyFor
-	reason := fmt.Sprintf("the app was not ready for %v (%s)", notReadyFor.Round(time.Millisecond), detail)
 	h.wg.Add(len(due)) // before Shutdown can wait (it sets stopping under mu)
 	h.mu.Unlock()
-	h.log.Info("giving up the locks: the app is not ready", "locks", due, "notReadyFor", notReadyFor.String(),
-		"yieldWhenUnready", after.String(), "detail", detail)
+
+	switch {
+	case heldBack && !wasHeldBack:
+		h.log.Info("keeping away from the locks", "reason", reason)
+	case !heldBack && wasHeldBack:
+		h.log.Info("taking the locks again: the pod may hold them")
+	}
 	for _, id := range due {
 		go func() {
 			defer h.wg.Done()
-			ctx, cancel := context.WithTimeout(h.stopAcquiring, h.opts.ShutdownTimeout)
-			defer cancel()
-			// Release (and in Blocking mode queue again, which waits for the app: appHeldBack).
-			var err error
-			if h.opts.Mode == batonv1.ModeTry {
-				h.mu.Lock()
-				lease := h.locks[id].healthYield
-				h.mu.Unlock()
-				err = h.release(ctx, id, lease, reason)
-			} else {
-				_, err = h.yield(ctx, id, 0, reason)
-			}
-			if err != nil && ctx.Err() == nil {
-				h.log.Info("giving up a lock for the app's health failed", "lock", id, "err", err.Error())
-			}
+			h.giveUp(id, reason)
 		}()
+	}
+}
+
+// giveUp releases lock id, which the holder keeps away from for reason; in Blocking mode the hold
+// loop then waits for the hold-back to end before it queues again.
+func (h *Holder) giveUp(id, reason string) {
+	ctx, cancel := context.WithTimeout(h.stopAcquiring, h.opts.ShutdownTimeout)
+	defer cancel()
+	h.log.Info("giving up a lock", "lock", id, "reason", reason)
+	var err error
+	if h.opts.Mode == batonv1.ModeTry {
+		h.mu.Lock()
+		lease := h.locks[id].healthYield
+		h.mu.Unlock()
+		err = h.release(ctx, id, lease, reason)
+	} else {
+		_, err = h.yield(ctx, id, 0, reason)
+	}
+	if err != nil && ctx.Err() == nil {
+		h.log.Info("giving up a lock failed", "lock", id, "err", err.Error())
 	}
 }

@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -28,11 +29,11 @@ func withYieldWhenUnready(o Options, d time.Duration) Options {
 	return o
 }
 
-// reportEvery calls h.AppReadiness with ready() every period until ctx ends, as an AppWatch does.
+// reportEvery calls h.PodReading with ready() every period until ctx ends, as a PodWatch does.
 func reportEvery(ctx context.Context, h *Holder, period time.Duration, ready func() bool) {
 	go func() {
 		for ctx.Err() == nil {
-			h.AppReadiness(ready(), "container app not ready", time.Now())
+			h.PodReading(PodReading{AppReady: ready(), Detail: "container app not ready", At: time.Now()})
 			select {
 			case <-ctx.Done():
 			case <-time.After(period):
@@ -136,7 +137,7 @@ func TestUnreadyAppCountsFromTheGrant(t *testing.T) {
 		defer stopA()
 		// Not ready for a minute before the grant.
 		for range 30 {
-			a.AppReadiness(false, "container app waiting: PodInitializing", time.Now())
+			a.PodReading(PodReading{Detail: "container app waiting: PodInitializing", At: time.Now()})
 			time.Sleep(2 * time.Second)
 		}
 		a.Start(ctx)
@@ -211,7 +212,7 @@ func TestNoReadingsKeepTheLock(t *testing.T) {
 		off.Start(ctx)
 		next(t, aEvents)
 		next(t, offEvents)
-		a.AppReadiness(false, "container app not ready", time.Now())
+		a.PodReading(PodReading{Detail: "container app not ready", At: time.Now()})
 		time.Sleep(time.Minute) // no reading since
 		reportEvery(ctx, off, time.Second, func() bool { return false })
 		time.Sleep(time.Minute)
@@ -266,9 +267,9 @@ func TestAppContainersReady(t *testing.T) {
 	}
 }
 
-// TestAppWatchReportsOnlyReadings (in-memory fake clientset): each reading is reported; a failed
+// TestPodWatchReportsOnlyReadings (in-memory fake clientset): each reading is reported; a failed
 // reading, or a pod of the same name with another UID, reports nothing.
-func TestAppWatchReportsOnlyReadings(t *testing.T) {
+func TestPodWatchReportsOnlyReadings(t *testing.T) {
 	o := withYieldWhenUnready(testOptions(t, "a", batonv1.ModeBlocking, "orders"), 5*time.Second)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: o.Pod.Namespace, Name: o.Pod.Name, UID: types.UID(o.Pod.UID)},
@@ -281,7 +282,7 @@ func TestAppWatchReportsOnlyReadings(t *testing.T) {
 		detail string
 	}
 	var got []reading
-	w := NewAppWatch(cs, o, func(ready bool, detail string, _ time.Time) { got = append(got, reading{ready, detail}) }, logr.Discard())
+	w := NewPodWatch(cs, o, func(r PodReading) { got = append(got, reading{r.AppReady, r.Detail}) }, logr.Discard())
 	ctx := context.Background()
 	w.readOnce(ctx)
 	failing := true
@@ -304,10 +305,145 @@ func TestAppWatchReportsOnlyReadings(t *testing.T) {
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("readings reported: %+v, want %+v", got, want)
 	}
-	if p := AppWatchPeriod(30 * time.Second); p != 5*time.Second {
-		t.Errorf("period for 30s: %v, want 5s", p)
+	for _, c := range []struct {
+		yieldWhenUnready time.Duration
+		handoff          batonv1.HandoffPolicy
+		want             time.Duration
+	}{
+		{30 * time.Second, batonv1.HandoffQueueOrder, 5 * time.Second},
+		{time.Second, batonv1.HandoffQueueOrder, 500 * time.Millisecond},
+		{30 * time.Second, batonv1.HandoffNewestRevision, time.Second},
+		{0, batonv1.HandoffNewestRevision, time.Second},
+	} {
+		o.YieldWhenUnready, o.Handoff = c.yieldWhenUnready, c.handoff
+		if p := PodWatchPeriod(o); p != c.want {
+			t.Errorf("period for yieldWhenUnready %v, handoff %s: %v, want %v", c.yieldWhenUnready, c.handoff, p, c.want)
+		}
 	}
-	if p := AppWatchPeriod(time.Second); p != 500*time.Millisecond {
-		t.Errorf("period for 1s: %v, want 500ms", p)
-	}
+}
+
+// withNewestRevision returns o with spec.handoff NewestRevision.
+func withNewestRevision(o Options) Options {
+	o.Handoff = batonv1.HandoffNewestRevision
+	return o
+}
+
+// TestSupersededPodsStepAside (Blocking mode, virtual time): a holds the lock, b and c wait in
+// that order. Once the operator marks a and b superseded (c is of the newest revision), a releases
+// at its next reading and b leaves the queue, so the lock goes straight to c, with the next token.
+// Neither takes it again while marked; b queues again once its mark is removed (a rollback).
+func TestSupersededPodsStepAside(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var holders []*Holder
+		var events []<-chan sidecarclient.Event
+		for i, name := range []string{"a", "b", "c"} {
+			h, _ := newTestHolder(t, mem, uint64(i+1), withNewestRevision(testOptions(t, name, batonv1.ModeBlocking, "orders")))
+			ev, stop := h.Subscribe()
+			defer stop()
+			h.Start(ctx)
+			holders, events = append(holders, h), append(events, ev)
+			time.Sleep(time.Second) // queue in this order
+		}
+		a, b, c := holders[0], holders[1], holders[2]
+		first := next(t, events[0])
+		var aMark, bMark atomic.Value
+		aMark.Store("")
+		bMark.Store("")
+		read := func(h *Holder, mark *atomic.Value) {
+			go func() {
+				for ctx.Err() == nil {
+					h.PodReading(PodReading{AppReady: true, Superseded: mark.Load().(string), At: time.Now()})
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Second):
+					}
+				}
+			}()
+		}
+		read(a, &aMark)
+		read(b, &bMark)
+		var cMark atomic.Value
+		cMark.Store("")
+		read(c, &cMark)
+		time.Sleep(3 * time.Second)
+		if st, _ := b.Lock("orders"); st.State != sidecarclient.StateWaiting || st.QueuePosition != 1 {
+			t.Fatalf("b before the rollout: %+v, want first in the queue", st)
+		}
+
+		const mark = "revision 1 superseded: pod c of revision 2 waits for the lock"
+		aMark.Store(mark)
+		bMark.Store(mark)
+		marked := time.Now()
+		if e := next(t, events[0]); e.Type != sidecarclient.EventReleased || !strings.Contains(e.Reason, "superseded: "+mark) {
+			t.Fatalf("a once superseded: %+v, want released, superseded", e)
+		}
+		if e := next(t, events[2]); e.Type != sidecarclient.EventAcquired || e.Token != first.Token+1 {
+			t.Fatalf("c after a and b were superseded: %+v, want the next token (the lock went straight to c)", e)
+		}
+		if took := time.Since(marked); took > 1100*time.Millisecond {
+			t.Errorf("c was granted %v after the mark, want within one reading period (1s)", took)
+		}
+		time.Sleep(10 * time.Second)
+		for _, h := range []*Holder{a, b} {
+			if st, _ := h.Lock("orders"); st.State != sidecarclient.StateIdle || !strings.Contains(st.Reason, "not queueing: superseded") {
+				t.Errorf("%s while superseded: %+v, want idle, not queueing", h.opts.Pod.Name, st)
+			}
+		}
+		snap, err := lock.Inspect(context.Background(), mem.Client(9, memstore.Faults{}), b.opts.StoreLockID("orders"))
+		if err != nil || len(snap.Queue) != 0 {
+			t.Fatalf("queue while a and b are superseded: %+v, %v; want empty", snap.Queue, err)
+		}
+
+		// A rollback: b is not superseded any more and queues again behind c.
+		bMark.Store("")
+		time.Sleep(3 * time.Second)
+		if st, _ := b.Lock("orders"); st.State != sidecarclient.StateWaiting {
+			t.Fatalf("b after its mark was removed: %+v, want waiting", st)
+		}
+		cancel()
+		for _, h := range holders {
+			_ = h.Shutdown(context.Background())
+		}
+	})
+}
+
+// TestSupersededTryMode: a Try-mode acquisition waiting in the queue ends with ErrSuperseded when
+// the pod is marked, and later ones are refused at once until the mark is gone.
+func TestSupersededTryMode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		a, _ := newTestHolder(t, mem, 1, withNewestRevision(testOptions(t, "a", batonv1.ModeTry, "orders")))
+		b, _ := newTestHolder(t, mem, 2, withNewestRevision(testOptions(t, "b", batonv1.ModeTry, "orders")))
+		a.Start(ctx)
+		b.Start(ctx)
+		if _, err := a.Acquire(ctx, "orders", 0); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			_, err := b.Acquire(ctx, "orders", time.Minute)
+			got <- err
+		}()
+		time.Sleep(2 * time.Second)
+		b.PodReading(PodReading{AppReady: true, Superseded: "revision 1 superseded", At: time.Now()})
+		if err := <-got; !errors.Is(err, sidecarclient.ErrSuperseded) {
+			t.Fatalf("b's waiting acquire once superseded: %v, want ErrSuperseded", err)
+		}
+		if _, err := b.Acquire(ctx, "orders", time.Minute); !errors.Is(err, sidecarclient.ErrSuperseded) {
+			t.Fatalf("b's acquire while superseded: %v, want ErrSuperseded at once", err)
+		}
+		b.PodReading(PodReading{AppReady: true, At: time.Now()})
+		if _, err := a.Release(ctx, "orders"); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := b.Acquire(ctx, "orders", 0); err != nil || st.State != sidecarclient.StateHeld {
+			t.Fatalf("b's acquire once the mark is gone: %+v, %v", st, err)
+		}
+		_ = a.Shutdown(ctx)
+		_ = b.Shutdown(ctx)
+	})
 }

@@ -47,7 +47,7 @@ type Holder struct {
 	stopAcquiring context.Context
 	stopAll       context.CancelFunc
 
-	app appHealth // the app containers' readiness (spec.yieldWhenUnready); guarded by mu
+	back holdBack // keeps the holder away from its locks while its pod should not hold them; guarded by mu
 }
 
 type lockState struct {
@@ -57,7 +57,7 @@ type lockState struct {
 	// yield asks the Blocking-mode hold loop to release and queue again; it answers on the
 	// request's reply channel.
 	yield chan yieldRequest
-	// healthYield is the lease being given up because the app is not ready (AppReadiness).
+	// healthYield is the lease being given up because the pod should not hold it (PodReading).
 	healthYield *lock.Lease
 }
 
@@ -147,9 +147,11 @@ func (h *Holder) hold(ctx context.Context, id string) {
 	}()
 	for ctx.Err() == nil {
 		if ready := h.appHeldBack(); ready != nil {
-			// Yielded because the app was not ready: out of the queue until it is.
+			// The pod should not hold the lock (its app is not ready, or it is superseded): out
+			// of the queue until that is over.
+			reason := h.holdBackStatus()
 			h.update(id, func(s *lockState) {
-				s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: s.status.Token, Reason: h.app.heldBackReason()}
+				s.status = sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: s.status.Token, Reason: reason}
 			})
 			if yielded != nil {
 				yielded <- yieldErr
@@ -176,10 +178,17 @@ func (h *Holder) hold(ctx context.Context, id string) {
 			yielded <- yieldErr
 			yielded = nil
 		}
-		lease, err := h.locker.Acquire(ctx, h.opts.StoreLockID(id))
+		waitCtx, stopWaiting := context.WithCancel(ctx)
+		stop := context.AfterFunc(h.waitingContext(), stopWaiting) // held back: leave the queue
+		lease, err := h.locker.Acquire(waitCtx, h.opts.StoreLockID(id))
+		stop()
+		stopWaiting()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if h.appHeldBack() != nil {
+				continue
 			}
 			h.update(id, func(s *lockState) { s.status.State, s.status.Reason = sidecarclient.StateWaiting, err.Error() })
 			_ = ctxtime.Sleep(ctx, backoff)
@@ -398,7 +407,7 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	if st, _ := h.Lock(id); st.State == sidecarclient.StateHeld {
 		return st, nil
 	}
-	if err := h.errAppNotReady(); err != nil {
+	if err := h.errHeldBack(); err != nil {
 		st, _ := h.Lock(id)
 		return st, err
 	}
@@ -414,6 +423,7 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(h.stopAcquiring, cancel)()
+	defer context.AfterFunc(h.waitingContext(), cancel)() // held back meanwhile: leave the queue
 	var (
 		lease *lock.Lease
 		err   error
@@ -431,6 +441,9 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	switch {
 	case err != nil && h.stopAcquiring.Err() != nil && reqCtx.Err() == nil:
 		return sidecarclient.LockStatus{}, fmt.Errorf("%w: stopped waiting for %s", sidecarclient.ErrShuttingDown, id)
+	case err != nil && reqCtx.Err() == nil && h.errHeldBack() != nil:
+		st, _ := h.Lock(id)
+		return st, h.errHeldBack()
 	case errors.Is(err, lock.ErrAlreadyHeld):
 		st, _ := h.Lock(id)
 		return st, nil

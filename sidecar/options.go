@@ -30,6 +30,9 @@ type Options struct {
 	// YieldWhenUnready gives the locks up once the app containers have not been ready this long
 	// (spec.yieldWhenUnready); 0 turns it off.
 	YieldWhenUnready time.Duration
+	// Handoff is spec.handoff: with NewestRevision the sidecar keeps away from its locks while
+	// its pod carries the annotation baton.dev/superseded.
+	Handoff batonv1.HandoffPolicy
 	// Cassandra is the lock store connection, with the credential and TLS files already read. Its
 	// ClusterName, when set, is the cluster the DistributedLock lives on
 	// (status.cassandraClusterName, injected by the webhook): the sidecar refuses any other.
@@ -88,6 +91,7 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 		MetricsAddr:      v.Get(sidecarcontract.MetricsAddr),
 		ShutdownTimeout:  dur(sidecarcontract.ShutdownTimeout),
 		YieldWhenUnready: dur(sidecarcontract.YieldWhenUnready),
+		Handoff:          oneOf(v.Get(sidecarcontract.Handoff), batonv1.HandoffQueueOrder, batonv1.HandoffNewestRevision),
 		Kubeconfig:       v.Get(sidecarcontract.Kubeconfig),
 	}
 	if port, err := strconv.Atoi(v.Get(sidecarcontract.HintPort)); err != nil {
@@ -171,10 +175,19 @@ func (o Options) problems() []error {
 		bad(sidecarcontract.YieldWhenUnready, "is %v: use %s to %s, or 0 to keep the locks whatever the app's readiness",
 			o.YieldWhenUnready, batonv1.MinYieldWhenUnready, batonv1.MaxYieldWhenUnready)
 	}
+	if o.Handoff != batonv1.HandoffQueueOrder && o.Handoff != batonv1.HandoffNewestRevision {
+		bad(sidecarcontract.Handoff, "is %q: use QueueOrder or NewestRevision", o.Handoff)
+	}
 	if o.ShutdownTimeout <= 0 {
 		bad(sidecarcontract.ShutdownTimeout, "is %v: give a positive duration", o.ShutdownTimeout)
 	}
 	return errs
+}
+
+// WatchesPod reports whether the sidecar reads its pod: for the app's readiness
+// (YieldWhenUnready) or the operator's superseded mark (Handoff NewestRevision).
+func (o Options) WatchesPod() bool {
+	return o.YieldWhenUnready > 0 || o.Handoff == batonv1.HandoffNewestRevision
 }
 
 // durationOf parses one of package v1's duration constants.

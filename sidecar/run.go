@@ -33,7 +33,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	// The Kubernetes client config is checked before any work: outside a cluster the default
 	// traffic policy cannot work, and that must not surface only after Cassandra is reached.
 	var kube kubernetes.Interface
-	if opts.TrafficPolicy != batonv1.TrafficNone || opts.YieldWhenUnready > 0 {
+	if opts.TrafficPolicy != batonv1.TrafficNone || opts.WatchesPod() {
 		var err error
 		if kube, err = KubeClient(opts.Kubeconfig); err != nil {
 			return err
@@ -121,11 +121,11 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		go func() { gate.Run(gateCtx); close(gateDone) }()
 		stopGate = func() { cancelGate(); <-gateDone }
 	}
-	if opts.YieldWhenUnready > 0 {
-		watch := NewAppWatch(kube, opts, holder.AppReadiness, log.WithName("app-health"))
+	if opts.WatchesPod() {
+		watch := NewPodWatch(kube, opts, holder.PodReading, log.WithName("pod"))
 		go watch.Run(runCtx)
-		log.Info("the locks follow the app's readiness", "yieldWhenUnready", opts.YieldWhenUnready.String(),
-			"readEvery", AppWatchPeriod(opts.YieldWhenUnready).String())
+		log.Info("the locks follow the pod's state", "yieldWhenUnready", opts.YieldWhenUnready.String(),
+			"handoff", opts.Handoff, "readEvery", PodWatchPeriod(opts).String())
 	}
 	holder.Start(runCtx)
 	log.Info("sidecar started", "pod", opts.Owner(), "locks", opts.LockIDs, "mode", opts.Mode, "lease", opts.Lease.String())

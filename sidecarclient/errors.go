@@ -41,6 +41,7 @@ const (
 	CodeNotHeld          = "not_held"
 	CodeLocked           = "locked"
 	CodeAppNotReady      = "app_not_ready"
+	CodeSuperseded       = "superseded"
 	CodeShuttingDown     = "shutting_down"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
@@ -59,6 +60,8 @@ func sentinelFor(code string) error {
 		return ErrLocked
 	case CodeAppNotReady:
 		return ErrAppNotReady
+	case CodeSuperseded:
+		return ErrSuperseded
 	case CodeShuttingDown:
 		return ErrShuttingDown
 	}

@@ -69,6 +69,9 @@ var (
 	// ErrAppNotReady: the sidecar gave the lock up because the pod's app containers were not
 	// ready (spec.yieldWhenUnready), and takes it again only once they are.
 	ErrAppNotReady = errors.New("baton: the app is not ready") // 409
+	// ErrSuperseded: the operator marked this pod superseded by a pod of its workload's newest
+	// revision (spec.handoff NewestRevision); the sidecar gave the lock up and takes it no more.
+	ErrSuperseded = errors.New("baton: the pod is superseded by a newer revision") // 409
 	// ErrShuttingDown: the sidecar got SIGTERM; it acquires nothing more and releases what it holds.
 	ErrShuttingDown = errors.New("baton: sidecar is shutting down") // 503
 )

@@ -55,6 +55,26 @@ const (
 	TrafficNone TrafficPolicy = "None"
 )
 
+// HandoffPolicy says which waiter a lock goes to next.
+// +kubebuilder:validation:Enum=QueueOrder;NewestRevision
+type HandoffPolicy string
+
+const (
+	// HandoffQueueOrder: the waiter that queued first (the default).
+	HandoffQueueOrder HandoffPolicy = "QueueOrder"
+	// HandoffNewestRevision: during a rollout, pods of the workload's newest revision come first.
+	// Once one of them waits for the lock, the operator marks the pods of older revisions
+	// superseded (annotation baton.dev/superseded): their sidecars give up what they hold and
+	// leave the queue, so the lock moves once, straight to the new revision, by a release rather
+	// than by the old holder's termination.
+	HandoffNewestRevision HandoffPolicy = "NewestRevision"
+)
+
+// AnnotationSuperseded is set by the operator on a pod of an older revision than its workload's
+// newest while a pod of the newest revision waits for the lock (spec.handoff NewestRevision); the
+// value says which. Its sidecar gives up its locks and takes none while the annotation is there.
+const AnnotationSuperseded = "baton.dev/superseded"
+
 // LockScope says who shares a lock ID.
 // +kubebuilder:validation:Enum=Namespace;Global
 type LockScope string
@@ -192,6 +212,13 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="yieldWhenUnready must be a duration such as 30s or 2m"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="yieldWhenUnready must be between 1s and 1h"
 	YieldWhenUnready *metav1.Duration `json:"yieldWhenUnready,omitempty"`
+
+	// handoff says which waiter the lock goes to next: QueueOrder (the default) the first to
+	// queue; NewestRevision, during a rollout of the Deployment or StatefulSet the pods belong
+	// to, a pod of its newest revision: once one waits, the pods of older revisions give up the
+	// lock and leave the queue, so the lock moves once per rollout, by a release.
+	// +optional
+	Handoff HandoffPolicy `json:"handoff,omitempty"`
 
 	// cassandra overrides the operator's default lock store connection, field by field: a field
 	// left out keeps the operator's value.

@@ -96,8 +96,8 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 	// With yieldWhenUnready the sidecar reads its own pod's app readiness from the answer to a
 	// patch of its status that changes nothing (it has no get on pods): allowed, and not written.
 	before := getPod(t, f, a).ResourceVersion
-	if ready, detail, err := appWatch(t, asA, a).Read(ctx); err != nil || !ready {
-		t.Fatalf("sidecar of pod a reading its app's readiness: ready %v (%s), %v; want ready", ready, detail, err)
+	if r, err := podWatch(t, asA, a).Read(ctx); err != nil || !r.AppReady {
+		t.Fatalf("sidecar of pod a reading its app's readiness: %+v, %v; want ready", r, err)
 	}
 	if after := getPod(t, f, a); after.ResourceVersion != before {
 		t.Errorf("reading pod a's readiness wrote it: resourceVersion %s, was %s", after.ResourceVersion, before)
@@ -107,12 +107,12 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 	if err := f.c.Status().Update(ctx, notReady); err != nil {
 		t.Fatal(err)
 	}
-	if ready, detail, err := appWatch(t, asA, a).Read(ctx); err != nil || ready || detail != "container app not ready" {
-		t.Fatalf("sidecar of pod a reading its unready app: ready %v (%q), %v; want not ready (container app not ready)", ready, detail, err)
+	if r, err := podWatch(t, asA, a).Read(ctx); err != nil || r.AppReady || r.Detail != "container app not ready" {
+		t.Fatalf("sidecar of pod a reading its unready app: %+v, %v; want not ready (container app not ready)", r, err)
 	}
 	runLikeKubelet(t, f, getPod(t, f, a))
 	// ... and it cannot read another pod that way.
-	_, _, err = appWatch(t, asA, b).Read(ctx)
+	_, err = podWatch(t, asA, b).Read(ctx)
 	expectPolicyDenial(t, "pod a's token reading pod b through a status patch", err, "this token is bound to pod a, not to pod b")
 
 	// ... but not another pod's, even with the same service account.
@@ -270,8 +270,8 @@ func newGate(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, policy bato
 	return sidecar.NewGate(cs, opts, h, logr.Discard())
 }
 
-// appWatch is the sidecar's reader of pod's app readiness, reading with cs.
-func appWatch(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) *sidecar.AppWatch {
+// podWatch is the sidecar's reader of its pod, reading pod with cs.
+func podWatch(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) *sidecar.PodWatch {
 	t.Helper()
 	opts, err := sidecar.ParseOptions([]string{
 		"--locks=job", "--cassandra-hosts=127.0.0.1", "--yield-when-unready=10s",
@@ -280,7 +280,7 @@ func appWatch(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) *sidecar.A
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sidecar.NewAppWatch(cs, opts, nil, logr.Discard())
+	return sidecar.NewPodWatch(cs, opts, nil, logr.Discard())
 }
 
 func getPod(t *testing.T, f fixture, pod *corev1.Pod) *corev1.Pod {

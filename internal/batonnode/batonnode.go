@@ -141,6 +141,11 @@ type Workload struct {
 	// YieldWhenUnready, when set, binds the lock to the app's health (spec.yieldWhenUnready) and
 	// gives the app a readiness probe on its GET /readyz, every second.
 	YieldWhenUnready time.Duration
+	// Handoff is spec.handoff (empty: QueueOrder).
+	Handoff batonv1.HandoffPolicy
+	// Contend makes the demo app ask for the lock and ask again when it stops holding it (for
+	// mode Try; demoapp.EnvContend).
+	Contend bool
 }
 
 // Objects returns the workload's DistributedLock; the Deployment of the demo app annotated with
@@ -152,6 +157,7 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 		Spec: batonv1.DistributedLockSpec{
 			LockIDs: []string{w.Name}, Mode: w.Mode, TrafficPolicy: w.Policy,
 			LeaseDuration: &metav1.Duration{Duration: w.Lease},
+			Handoff:       w.Handoff,
 		},
 	}
 	var probe *corev1.Probe
@@ -161,6 +167,10 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(8080)}},
 			PeriodSeconds: 1, FailureThreshold: 1,
 		}
+	}
+	env := []corev1.EnvVar{{Name: demoapp.EnvLockID, Value: w.Name}}
+	if w.Contend {
+		env = append(env, corev1.EnvVar{Name: demoapp.EnvContend, Value: "true"})
 	}
 	labels := map[string]string{"app": w.Name}
 	all := intstr.FromString("100%")
@@ -175,7 +185,7 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{inject.AnnotationLock: w.Name}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name: "app", Image: imagebuild.DemoAppTag, ImagePullPolicy: corev1.PullNever,
-					Env:            []corev1.EnvVar{{Name: demoapp.EnvLockID, Value: w.Name}},
+					Env:            env,
 					Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
 					ReadinessProbe: probe,
 				}}},

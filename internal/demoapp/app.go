@@ -185,6 +185,56 @@ func (a *App) Run(ctx context.Context) error {
 	}
 }
 
+// contendRetry is how long Contend waits after an answer that is not a grant.
+const contendRetry = time.Second
+
+// Contend asks the sidecar for the lock (Config.LockID, which it needs), waiting up to 30s, and
+// once granted checks every half second that it still holds it, asking again when it does not,
+// until ctx is done. Without Config.Contend it just waits for ctx. It is how a Try-mode app
+// contends; refusals (held elsewhere, app not ready, superseded) are logged and retried.
+func (a *App) Contend(ctx context.Context) error {
+	if !a.cfg.Contend {
+		<-ctx.Done()
+		return nil
+	}
+	if a.cfg.LockID == "" {
+		return fmt.Errorf("%w: contending needs %s", ErrInvalidConfig, EnvLockID)
+	}
+	for ctx.Err() == nil {
+		st, err := a.sidecar.Acquire(ctx, a.cfg.LockID, 30*time.Second)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, sidecarclient.ErrLocked) {
+				a.log.Info("not granted the lock", "err", err.Error())
+			}
+			_ = sleep(ctx, a.clock, contendRetry)
+			continue
+		}
+		a.log.Info("holding the lock", "token", st.Token)
+		for ctx.Err() == nil {
+			if err := sleep(ctx, a.clock, contendRetry/2); err != nil {
+				break
+			}
+			if now, err := a.sidecar.Lock(ctx, a.cfg.LockID); err == nil && (now.State != sidecarclient.StateHeld || now.Token != st.Token) {
+				a.log.Info("no longer holding the lock", "state", now.State, "reason", now.Reason)
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// sleep waits d on clk, or until ctx is done (then it returns ctx's error).
+func sleep(ctx context.Context, clk clock.WithTicker, d time.Duration) error {
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
 // WriteOnce asks the sidecar for the lock and, if the pod holds it, writes to the fenced resource
 // with its token. The error says why the outcome is Failed or Rejected.
 func (a *App) WriteOnce(ctx context.Context) (Outcome, error) {

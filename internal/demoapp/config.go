@@ -18,6 +18,7 @@ const (
 	EnvWriteInterval = "WRITE_INTERVAL" // default: DefaultWriteInterval
 	EnvListenAddr    = "LISTEN_ADDR"    // default: DefaultListenAddr
 	EnvJobWrites     = "JOB_WRITES"     // demoapp job: how many writes (default: DefaultJobWrites)
+	EnvContend       = "CONTEND"        // "true": ask for the lock (Try mode); default: only report it
 )
 
 // Defaults of Config.
@@ -47,6 +48,9 @@ type Config struct {
 	WriteInterval time.Duration
 	// ListenAddr is where the app serves HTTP (default DefaultListenAddr).
 	ListenAddr string
+	// Contend makes the app ask the sidecar for the lock and ask again whenever it stops holding
+	// it (for a Try-mode lock; see App.Contend).
+	Contend bool
 }
 
 // ConfigFromEnv reads a Config from the variables Env*, sidecarclient.EnvSocket and, when
@@ -58,6 +62,13 @@ func ConfigFromEnv(getenv func(string) string, hostname func() (string, error)) 
 		LockID:     getenv(EnvLockID),
 		FencedURL:  getenv(EnvFencedURL),
 		ListenAddr: getenv(EnvListenAddr),
+	}
+	switch v := getenv(EnvContend); v {
+	case "", "false":
+	case "true":
+		c.Contend = true
+	default:
+		return c, fmt.Errorf("%w: %s=%q: want true or false", ErrInvalidConfig, EnvContend, v)
 	}
 	if c.PodName == "" {
 		h, err := hostname()

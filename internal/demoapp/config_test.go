@@ -25,10 +25,11 @@ func TestConfigFromEnv(t *testing.T) {
 			Config{PodName: "host-1", Socket: sidecarclient.SocketPath, WriteInterval: time.Second, ListenAddr: ":8080"}, nil},
 		{"everything set", map[string]string{
 			"POD_NAME": "demo-0", "BATON_SOCKET": "/s.sock", "LOCK_ID": "orders", "FENCED_URL": "http://fenced:8080/v1/resources/demo",
-			"WRITE_INTERVAL": "250ms", "LISTEN_ADDR": "127.0.0.1:9000",
+			"WRITE_INTERVAL": "250ms", "LISTEN_ADDR": "127.0.0.1:9000", "CONTEND": "true",
 		}, noHost,
 			Config{PodName: "demo-0", Socket: "/s.sock", LockID: "orders", FencedURL: "http://fenced:8080/v1/resources/demo",
-				WriteInterval: 250 * time.Millisecond, ListenAddr: "127.0.0.1:9000"}, nil},
+				WriteInterval: 250 * time.Millisecond, ListenAddr: "127.0.0.1:9000", Contend: true}, nil},
+		{"bad contend", map[string]string{"POD_NAME": "p", "CONTEND": "yes"}, host, Config{}, []string{`CONTEND="yes": want true or false`}},
 		{"no pod name", map[string]string{}, noHost, Config{}, []string{"POD_NAME is unset", "no host name"}},
 		{"bad interval", map[string]string{"POD_NAME": "p", "WRITE_INTERVAL": "soon"}, host, Config{}, []string{`WRITE_INTERVAL="soon"`}},
 		{"every problem", map[string]string{"POD_NAME": "p", "WRITE_INTERVAL": "1ms", "FENCED_URL": "fenced:8080"}, host, Config{},

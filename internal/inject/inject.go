@@ -252,7 +252,8 @@ type settings struct {
 	lease       time.Duration
 	scope       batonv1.LockScope
 	traffic     batonv1.TrafficPolicy
-	yieldAfter  time.Duration               // spec.yieldWhenUnready; 0: off
+	yieldAfter  time.Duration // spec.yieldWhenUnready; 0: off
+	handoff     batonv1.HandoffPolicy
 	conn        batonv1.CassandraConnection // the operator's defaults merged with spec.cassandra
 	clusterName string                      // status.cassandraClusterName: the cluster the lock lives on
 	secrets     []secretVolume
@@ -262,7 +263,7 @@ type settings struct {
 // needsAPI reports whether the sidecar talks to the Kubernetes API: to report the lock to its
 // pod, or to read its app's readiness.
 func (s settings) needsAPI() bool {
-	return s.traffic != batonv1.TrafficNone || s.yieldAfter > 0
+	return s.traffic != batonv1.TrafficNone || s.yieldAfter > 0 || s.handoff == batonv1.HandoffNewestRevision
 }
 
 // secretVolume is a Secret mounted read-only into the sidecar.
@@ -291,6 +292,9 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 	}
 	if s.yieldAfter > 0 {
 		env = append(env, v(sidecarcontract.YieldWhenUnready, s.yieldAfter.String()))
+	}
+	if s.handoff == batonv1.HandoffNewestRevision {
+		env = append(env, v(sidecarcontract.Handoff, string(s.handoff)))
 	}
 	env = append(env,
 		v(sidecarcontract.CassandraHosts, strings.Join(s.conn.ContactPoints, ",")),
@@ -343,6 +347,7 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 		mode:        cmp.Or(sp.Mode, batonv1.ModeBlocking),
 		scope:       cmp.Or(sp.Scope, batonv1.ScopeNamespace),
 		traffic:     cmp.Or(sp.TrafficPolicy, batonv1.TrafficReadinessGate),
+		handoff:     cmp.Or(sp.Handoff, batonv1.HandoffQueueOrder),
 		conn:        cfg.StoreConnection(dl),
 		clusterName: dl.Status.CassandraClusterName,
 	}
@@ -359,6 +364,9 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 	case batonv1.TrafficReadinessGate, batonv1.TrafficLabel, batonv1.TrafficNone:
 	default:
 		p.add("spec.trafficPolicy %q: use ReadinessGate, Label or None", s.traffic)
+	}
+	if s.handoff != batonv1.HandoffQueueOrder && s.handoff != batonv1.HandoffNewestRevision {
+		p.add("spec.handoff %q: use QueueOrder or NewestRevision", s.handoff)
 	}
 	switch s.scope {
 	case batonv1.ScopeNamespace:

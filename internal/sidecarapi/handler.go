@@ -331,6 +331,9 @@ func (h *handler) serviceError(r *http.Request, op, id string, st sidecarclient.
 	case errors.Is(err, sidecarclient.ErrAppNotReady):
 		return &apiError{status: http.StatusConflict, code: sidecarclient.CodeAppNotReady, lock: lock,
 			msg: fmt.Sprintf("lock %q is not taken while the app is not ready (yieldWhenUnready)%s", id, detail)}
+	case errors.Is(err, sidecarclient.ErrSuperseded):
+		return &apiError{status: http.StatusConflict, code: sidecarclient.CodeSuperseded, lock: lock,
+			msg: fmt.Sprintf("lock %q is not taken: this pod is superseded by a newer revision of its workload (handoff NewestRevision)%s", id, detail)}
 	case errors.Is(err, sidecarclient.ErrShuttingDown):
 		return &apiError{status: http.StatusServiceUnavailable, code: sidecarclient.CodeShuttingDown, lock: lock,
 			msg: fmt.Sprintf("the sidecar is shutting down (SIGTERM): it will not %s lock %q%s", op, id, detail)}
@@ -346,7 +349,7 @@ func (h *handler) serviceError(r *http.Request, op, id string, st sidecarclient.
 
 // sentinelOf returns the sentinel error err wraps, or nil.
 func sentinelOf(err error) error {
-	for _, s := range []error{sidecarclient.ErrUnknownLock, sidecarclient.ErrNotTryMode, sidecarclient.ErrNotHeld, sidecarclient.ErrLocked, sidecarclient.ErrAppNotReady, sidecarclient.ErrShuttingDown} {
+	for _, s := range []error{sidecarclient.ErrUnknownLock, sidecarclient.ErrNotTryMode, sidecarclient.ErrNotHeld, sidecarclient.ErrLocked, sidecarclient.ErrAppNotReady, sidecarclient.ErrSuperseded, sidecarclient.ErrShuttingDown} {
 		if errors.Is(err, s) {
 			return s
 		}

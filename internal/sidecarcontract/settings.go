@@ -24,6 +24,8 @@ const (
 	TrafficPolicy Setting = "traffic-policy"
 	// YieldWhenUnready is spec.yieldWhenUnready: 0 turns it off.
 	YieldWhenUnready Setting = "yield-when-unready"
+	// Handoff is spec.handoff.
+	Handoff Setting = "handoff"
 
 	CassandraHosts    Setting = "cassandra-hosts"
 	Keyspace          Setting = "keyspace"
@@ -66,6 +68,7 @@ var table = []row{
 	{Lease, "BATON_LEASE", "lease duration, e.g. 15s", batonv1.DefaultLeaseDuration},
 	{Scope, "BATON_SCOPE", "Namespace or Global", string(batonv1.ScopeNamespace)},
 	{TrafficPolicy, "BATON_TRAFFIC_POLICY", "ReadinessGate, Label or None (None outside Kubernetes: the others need its API)", string(batonv1.TrafficReadinessGate)},
+	{Handoff, "BATON_HANDOFF", "QueueOrder, or NewestRevision: give the locks up and leave the queue while the operator marks this pod superseded (reads the pod from the Kubernetes API)", string(batonv1.HandoffQueueOrder)},
 	{YieldWhenUnready, "BATON_YIELD_WHEN_UNREADY", "give the locks up once the pod's app containers have not been ready this long, and take none until they are (reads the pod from the Kubernetes API; 0: off)", "0s"},
 
 	{CassandraHosts, "BATON_CASSANDRA_HOSTS", "comma-separated Cassandra contact points (host or host:port)", ""},

@@ -77,11 +77,12 @@ func serveApp(ctx context.Context, log logr.Logger) error {
 	log.Info("starting", "pod", cfg.PodName, "listen", cfg.ListenAddr, "socket", cfg.Socket, "lockId", cfg.LockID, "fencedURL", cfg.FencedURL)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	runDone := make(chan error, 1)
+	runDone, contendDone := make(chan error, 1), make(chan error, 1)
 	go func() { runDone <- app.Run(ctx) }()
+	go func() { contendDone <- app.Contend(ctx) }()
 	err = serve(ctx, cfg.ListenAddr, app.Handler(), log)
-	cancel() // the server stopped: so does the write loop
-	return errors.Join(err, <-runDone)
+	cancel() // the server stopped: so do the write and contend loops
+	return errors.Join(err, <-runDone, <-contendDone)
 }
 
 func runJob(ctx context.Context, log logr.Logger) error {

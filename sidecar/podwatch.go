@@ -11,44 +11,59 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
 )
 
-// AppWatch reads the readiness of the pod's app containers (every container in spec.containers;
-// the sidecar is an init container) as the kubelet reports it, and tells the Holder.
+// PodWatch reads the sidecar's pod and tells the Holder (PodReading) what it needs: the readiness
+// of the pod's app containers (every container in spec.containers; the sidecar is an init
+// container) as the kubelet reports it, and the operator's annotation baton.dev/superseded.
 //
 // It reads the pod from the answer to a PATCH of the pod's status that changes nothing. The
 // sidecar's Role has no get on pods, on purpose: RBAC cannot limit a read to the reader's own pod,
 // while the admission policy baton-sidecar-own-pod limits every patch of a sidecar's service
 // account to the pod its token is bound to. The API server answers a patch with the whole object,
 // and does not write an object a patch leaves unchanged.
-type AppWatch struct {
+type PodWatch struct {
 	client  kubernetes.Interface
 	ns, pod string
 	uid     types.UID
 	period  time.Duration
-	report  func(ready bool, detail string, at time.Time)
+	report  func(PodReading)
 	log     logr.Logger
 
 	failing bool // the last reading failed (logged once per outage)
 }
 
-// AppWatchPeriod is how often an AppWatch reads the pod for a given yieldWhenUnready: a fifth of
-// it, between 500ms and 5s. A lock is given up at most one period after yieldWhenUnready (plus the
-// kubelet's own probe delay).
-func AppWatchPeriod(yieldWhenUnready time.Duration) time.Duration {
-	return min(max(yieldWhenUnready/5, 500*time.Millisecond), 5*time.Second)
+// PodWatchPeriod is how often a PodWatch reads the pod: a fifth of yieldWhenUnready, between
+// 500ms and 5s, and at most handoffPeriod with handoff NewestRevision. A lock is given up at most
+// one period after yieldWhenUnready (plus the kubelet's own probe delay), or after the operator
+// marked the pod superseded.
+func PodWatchPeriod(opts Options) time.Duration {
+	p := 5 * time.Second
+	if opts.YieldWhenUnready > 0 {
+		p = min(max(opts.YieldWhenUnready/5, 500*time.Millisecond), p)
+	}
+	if opts.Handoff == batonv1.HandoffNewestRevision {
+		p = min(p, handoffPeriod)
+	}
+	return p
 }
 
-// NewAppWatch returns a watch of the pod in opts that calls report (Holder.AppReadiness) with each
-// reading, every AppWatchPeriod.
-func NewAppWatch(client kubernetes.Interface, opts Options, report func(ready bool, detail string, at time.Time), log logr.Logger) *AppWatch {
-	return &AppWatch{client: client, ns: opts.Pod.Namespace, pod: opts.Pod.Name, uid: types.UID(opts.Pod.UID),
-		period: AppWatchPeriod(opts.YieldWhenUnready), report: report, log: log}
+// handoffPeriod bounds the reading period with handoff NewestRevision: how long a superseded
+// holder may keep the lock after the operator marked it.
+const handoffPeriod = time.Second
+
+// NewPodWatch returns a watch of the pod in opts that calls report (Holder.PodReading) with each
+// reading, every PodWatchPeriod.
+func NewPodWatch(client kubernetes.Interface, opts Options, report func(PodReading), log logr.Logger) *PodWatch {
+	return &PodWatch{client: client, ns: opts.Pod.Namespace, pod: opts.Pod.Name, uid: types.UID(opts.Pod.UID),
+		period: PodWatchPeriod(opts), report: report, log: log}
 }
 
 // Run reads the pod every period until ctx ends. A failed reading reports nothing: the holder
 // keeps what it holds while the API server cannot tell it the app's state.
-func (w *AppWatch) Run(ctx context.Context) {
+func (w *PodWatch) Run(ctx context.Context) {
 	tick := time.NewTicker(w.period)
 	defer tick.Stop()
 	for {
@@ -61,35 +76,38 @@ func (w *AppWatch) Run(ctx context.Context) {
 	}
 }
 
-func (w *AppWatch) readOnce(ctx context.Context) {
+func (w *PodWatch) readOnce(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, max(w.period, 2*time.Second))
 	defer cancel()
-	ready, detail, err := w.Read(rctx)
+	r, err := w.Read(rctx)
 	if err != nil {
 		if ctx.Err() == nil && !w.failing {
-			w.log.Info("cannot read the app's readiness; keeping the locks until it can be read", "err", err.Error())
+			w.log.Info("cannot read the pod; keeping the locks as they are until it can be read", "err", err.Error())
 		}
 		w.failing = true
 		return
 	}
 	if w.failing {
-		w.log.Info("reading the app's readiness again", "ready", ready)
+		w.log.Info("reading the pod again", "appReady", r.AppReady, "superseded", r.Superseded)
 		w.failing = false
 	}
-	w.report(ready, detail, time.Now())
+	w.report(r)
 }
 
-// Read returns whether every app container of the pod is ready and, when not, which are not.
-func (w *AppWatch) Read(ctx context.Context) (ready bool, detail string, err error) {
+// Read reads the pod: whether every app container is ready (and when not, which are not), and
+// its annotation baton.dev/superseded.
+func (w *PodWatch) Read(ctx context.Context) (PodReading, error) {
+	at := time.Now()
 	pod, err := w.client.CoreV1().Pods(w.ns).Patch(ctx, w.pod, types.StrategicMergePatchType, []byte("{}"), metav1.PatchOptions{}, "status")
 	if err != nil {
-		return false, "", fmt.Errorf("reading pod %s/%s through a patch of its status that changes nothing: %w", w.ns, w.pod, err)
+		return PodReading{}, fmt.Errorf("reading pod %s/%s through a patch of its status that changes nothing: %w", w.ns, w.pod, err)
 	}
 	if w.uid != "" && pod.UID != w.uid {
-		return false, "", fmt.Errorf("pod %s/%s is now UID %s, not this pod (%s)", w.ns, w.pod, pod.UID, w.uid)
+		return PodReading{}, fmt.Errorf("pod %s/%s is now UID %s, not this pod (%s)", w.ns, w.pod, pod.UID, w.uid)
 	}
-	ready, detail = AppContainersReady(pod)
-	return ready, detail, nil
+	r := PodReading{Superseded: pod.Annotations[batonv1.AnnotationSuperseded], At: at}
+	r.AppReady, r.Detail = AppContainersReady(pod)
+	return r, nil
 }
 
 // AppContainersReady reports whether every container in pod.spec.containers is ready as the

@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/batonnode"
+	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+)
+
+// rollouts is how many rollouts TestHandoffToNewestRevision measures per handoff policy. make test
+// runs one of each; docs/benchmarks.md gives the command behind its numbers.
+var rollouts = flag.Int("handoff.rollouts", 1, "rollouts measured per handoff policy by TestHandoffToNewestRevision")
+
+// rolloutResult is what one rollout did to the lock.
+type rolloutResult struct {
+	moves      int           // grants during the rollout
+	toOld      int           // of them, grants to pods of the old revision
+	leaderless time.Duration // time without a holder, from the first release to the last grant
+	holders    []string      // pod names, in grant order, with the time of the grant after the rollout's start
+	queued     time.Duration // from the rollout's start to the first pod of the new revision in the queue
+	took       time.Duration // from the rollout's start to the lock held by a new pod and no old pod left
+}
+
+// TestHandoffToNewestRevision measures lock moves and leaderless time per rollout on the real node,
+// with handoff QueueOrder and NewestRevision: three replicas of the demo app contending in Try
+// mode (traffic policy Label, so every pod is Ready and the Deployment rolls one pod at a time:
+// maxSurge 1, maxUnavailable 0, minReadySeconds 3). The old holder is the first pod the
+// Deployment removes (pod-deletion-cost), the case where queue order hops: the lock goes to the
+// next old waiter, which is removed in turn. The test reads the lock's owner record from Cassandra
+// every 20ms. With NewestRevision the lock must move exactly once, straight to a pod of the new
+// revision.
+func TestHandoffToNewestRevision(t *testing.T) {
+	c := batonCluster(t)
+	session := cassandra.Session(t)
+	var store lock.Store
+	openStore := func() lock.Store { // once the operator or a sidecar created baton's schema
+		if store == nil {
+			testenv.WaitFor(t, "baton's keyspace", time.Minute, func() bool {
+				s, err := cassandrastore.New(t.Context(), session, cassandrastore.WithKeyspace("baton"))
+				store = s
+				return err == nil
+			})
+		}
+		return store
+	}
+	results := map[batonv1.HandoffPolicy][]rolloutResult{}
+	for _, policy := range []batonv1.HandoffPolicy{batonv1.HandoffQueueOrder, batonv1.HandoffNewestRevision} {
+		for i := range *rollouts {
+			r := measureRollout(t, c, openStore, policy)
+			t.Logf("%s rollout %d: %d moves (%d to old pods: %s), leaderless %s, a new pod queued at %s, done after %s",
+				policy, i+1, r.moves, r.toOld, strings.Join(r.holders, " -> "), r.leaderless.Round(time.Millisecond),
+				r.queued.Round(10*time.Millisecond), r.took.Round(100*time.Millisecond))
+			results[policy] = append(results[policy], r)
+			if policy == batonv1.HandoffNewestRevision && (r.moves != 1 || r.toOld != 0) {
+				t.Errorf("NewestRevision rollout %d: %d moves, %d to old pods (%s); want one move, to a new pod\noperator log:\n%s",
+					i+1, r.moves, r.toOld, strings.Join(r.holders, " -> "), operatorLogs(c.node, c.kubectl))
+			}
+		}
+	}
+	for _, policy := range []batonv1.HandoffPolicy{batonv1.HandoffQueueOrder, batonv1.HandoffNewestRevision} {
+		var moves []int
+		var leaderless []time.Duration
+		for _, r := range results[policy] {
+			moves = append(moves, r.moves)
+			leaderless = append(leaderless, r.leaderless.Round(time.Millisecond))
+		}
+		t.Logf("%s: moves per rollout %v, leaderless per rollout %v", policy, moves, leaderless)
+	}
+}
+
+// measureRollout deploys the workload with handoff policy, restarts it as `kubectl rollout
+// restart` does, and reports what the lock did until a new pod held it and no old pod was left.
+func measureRollout(t *testing.T, c cluster, openStore func() lock.Store, policy batonv1.HandoffPolicy) rolloutResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	ns := testenv.Namespace(t, c.client, "handoff-")
+	dl, dep, _ := batonnode.Workload{Namespace: ns, Name: "demo", Replicas: 3, Mode: batonv1.ModeTry,
+		Policy: batonv1.TrafficLabel, Lease: 5 * time.Second, Contend: true, Handoff: policy}.Objects()
+	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+	dep.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}
+	dep.Spec.MinReadySeconds = 3
+	for _, o := range []client.Object{dl, dep} {
+		if err := c.client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := openStore()
+	lockID := sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, "demo")
+	var first lock.Status
+	testenv.WaitFor(t, "a holder and two waiters", 2*time.Minute, func() bool {
+		s, err := lock.Inspect(ctx, store, lockID)
+		first = s
+		return err == nil && s.Record.Held() && len(s.Queue) == 2
+	})
+	_, oldHolder := sidecarcontract.PodOfOwner(first.Record.Owner)
+	oldPods := map[string]bool{}
+	for _, p := range demoPods(t, ctx, c, ns) {
+		oldPods[p.Name] = true
+	}
+	// The old holder goes first when the Deployment scales the old revision down.
+	patch := []byte(`{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"-100"}}}`)
+	if err := c.client.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: oldHolder}},
+		client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+
+	samples := sampleLock(ctx, store, lockID, 20*time.Millisecond)
+	start := time.Now()
+	restart := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, start.Format(time.RFC3339))
+	if err := c.client.Patch(ctx, dep, client.RawPatch(types.StrategicMergePatchType, []byte(restart))); err != nil {
+		t.Fatal(err)
+	}
+	took := testenv.WaitFor(t, "the rollout to finish with a new pod holding the lock", 3*time.Minute, func() bool {
+		var d appsv1.Deployment
+		if err := c.client.Get(ctx, client.ObjectKeyFromObject(dep), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != 3 || d.Status.Replicas != 3 {
+			return false
+		}
+		for _, p := range demoPods(t, ctx, c, ns) {
+			if oldPods[p.Name] {
+				return false
+			}
+		}
+		s := samples.last()
+		_, holder := sidecarcontract.PodOfOwner(s.Record.Owner)
+		return s.Record.Held() && !oldPods[holder]
+	})
+	all := samples.stop()
+
+	r := rolloutResult{took: took}
+	token := first.Record.Token
+	var freeSince time.Time
+	for _, s := range all {
+		if !s.status.Record.Held() {
+			if freeSince.IsZero() {
+				freeSince = s.at
+			}
+			continue
+		}
+		if !freeSince.IsZero() {
+			r.leaderless += s.at.Sub(freeSince)
+			freeSince = time.Time{}
+		}
+		if r.queued == 0 {
+			for _, e := range s.status.Queue {
+				if _, name := sidecarcontract.PodOfOwner(e.Owner); !oldPods[name] {
+					r.queued = s.at.Sub(start)
+				}
+			}
+		}
+		if s.status.Record.Token != token {
+			token = s.status.Record.Token
+			_, name := sidecarcontract.PodOfOwner(s.status.Record.Owner)
+			r.moves++
+			if oldPods[name] {
+				r.toOld++
+				name += " (old)"
+			}
+			r.holders = append(r.holders, fmt.Sprintf("%s at %s", name, s.at.Sub(start).Round(10*time.Millisecond)))
+		}
+	}
+	r.holders = slices.Insert(r.holders, 0, oldHolder+" (old)")
+	return r
+}
+
+// lockSample is one reading of a lock.
+type lockSample struct {
+	at     time.Time
+	status lock.Status
+}
+
+// lockSampler reads a lock every period until stopped.
+type lockSampler struct {
+	mu      sync.Mutex
+	samples []lockSample
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func sampleLock(ctx context.Context, store lock.Store, lockID string, period time.Duration) *lockSampler {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &lockSampler{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			st, err := lock.Inspect(ctx, store, lockID)
+			if err == nil {
+				s.mu.Lock()
+				s.samples = append(s.samples, lockSample{time.Now(), st})
+				s.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *lockSampler) last() lock.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.samples) == 0 {
+		return lock.Status{}
+	}
+	return s.samples[len(s.samples)-1].status
+}
+
+func (s *lockSampler) stop() []lockSample {
+	s.cancel()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples
+}
+

@@ -157,7 +157,12 @@ CHAOS_CLASSES = none,kill,pause,clock,partition,revoke,storm,malformed,node-kill
 bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton in process, baton sidecar processes with UDP hints, client-go; the comparison alone about 10 min)
 	$(GO) test -run '^$$' -bench . -benchtime 200x -timeout 30m ./lock/cassandrastore/
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 10m ./internal/webhook/
+	$(MAKE) bench-rollout
 	$(MAKE) bench-compare
+
+.PHONY: bench-rollout
+bench-rollout: install-deps ## lock moves and leaderless time per rollout on the real node, handoff QueueOrder against NewestRevision (5 rollouts each, about 3 min; as root)
+	$(GO) test -run '^TestHandoffToNewestRevision$$' -count=1 -v -timeout 30m ./test/e2e/ -handoff.rollouts=5 -handoff.baseline
 
 .PHONY: bench-compare
 bench-compare: install-deps ## the side-by-side comparison alone (about 11 min): tables, raw results and charts into docs/bench/ (compare.md, compare.json, *.png)

@@ -25,9 +25,12 @@ import (
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
-// rollouts is how many rollouts TestHandoffToNewestRevision measures per handoff policy. make test
-// runs one of each; docs/benchmarks.md gives the command behind its numbers.
-var rollouts = flag.Int("handoff.rollouts", 1, "rollouts measured per handoff policy by TestHandoffToNewestRevision")
+// The rollouts TestHandoffToNewestRevision measures. make test runs one with NewestRevision;
+// make bench-rollout five of each policy, for docs/benchmarks.md.
+var (
+	rollouts = flag.Int("handoff.rollouts", 1, "rollouts measured per handoff policy by TestHandoffToNewestRevision")
+	baseline = flag.Bool("handoff.baseline", false, "TestHandoffToNewestRevision: measure handoff QueueOrder too")
+)
 
 // rolloutResult is what one rollout did to the lock.
 type rolloutResult struct {
@@ -40,7 +43,7 @@ type rolloutResult struct {
 }
 
 // TestHandoffToNewestRevision measures lock moves and leaderless time per rollout on the real node,
-// with handoff QueueOrder and NewestRevision: three replicas of the demo app contending in Try
+// with handoff NewestRevision (and QueueOrder with -handoff.baseline): three replicas of the demo app contending in Try
 // mode (traffic policy Label, so every pod is Ready and the Deployment rolls one pod at a time:
 // maxSurge 1, maxUnavailable 0, minReadySeconds 3). The old holder is the first pod the
 // Deployment removes (pod-deletion-cost), the case where queue order hops: the lock goes to the
@@ -62,7 +65,11 @@ func TestHandoffToNewestRevision(t *testing.T) {
 		return store
 	}
 	results := map[batonv1.HandoffPolicy][]rolloutResult{}
-	for _, policy := range []batonv1.HandoffPolicy{batonv1.HandoffQueueOrder, batonv1.HandoffNewestRevision} {
+	policies := []batonv1.HandoffPolicy{batonv1.HandoffNewestRevision}
+	if *baseline {
+		policies = append([]batonv1.HandoffPolicy{batonv1.HandoffQueueOrder}, policies...)
+	}
+	for _, policy := range policies {
 		for i := range *rollouts {
 			r := measureRollout(t, c, openStore, policy)
 			t.Logf("%s rollout %d: %d moves (%d to old pods: %s), leaderless %s, a new pod queued at %s, done after %s",
@@ -75,7 +82,7 @@ func TestHandoffToNewestRevision(t *testing.T) {
 			}
 		}
 	}
-	for _, policy := range []batonv1.HandoffPolicy{batonv1.HandoffQueueOrder, batonv1.HandoffNewestRevision} {
+	for _, policy := range policies {
 		var moves []int
 		var leaderless []time.Duration
 		for _, r := range results[policy] {

@@ -245,4 +245,3 @@ func (s *lockSampler) stop() []lockSample {
 	defer s.mu.Unlock()
 	return s.samples
 }
-

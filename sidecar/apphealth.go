@@ -41,7 +41,7 @@ type holdBack struct {
 	cancel      context.CancelFunc
 }
 
-// reasonLocked says why the holder keeps away from its locks, "" when it may acquire.
+// reason says why the holder keeps away from its locks, "" when it may acquire.
 func (b *holdBack) reason() string {
 	var r []string
 	if b.unready != "" {
@@ -60,12 +60,13 @@ func (h *Holder) holdBackStatus() string {
 	return "not queueing: " + h.back.reason() + "; queueing again once that is over"
 }
 
-// appHeldBack returns a channel that is closed once the holder may acquire again, or nil when it
-// may now.
-func (h *Holder) appHeldBack() <-chan struct{} {
+// holdBackState returns, taken together, a channel that is closed once the holder may acquire
+// again (nil when it may now), and a context that ends when a hold-back begins after this call:
+// an acquisition started now waits with it, so that it leaves the queue then.
+func (h *Holder) holdBackState() (<-chan struct{}, context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.back.released // nil when not held back
+	return h.back.released, h.waitingContextLocked()
 }
 
 // waitingContext returns a context that ends when the holder starts keeping away from its locks,
@@ -73,6 +74,10 @@ func (h *Holder) appHeldBack() <-chan struct{} {
 func (h *Holder) waitingContext() context.Context {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.waitingContextLocked()
+}
+
+func (h *Holder) waitingContextLocked() context.Context {
 	if h.back.stopWaiting == nil {
 		h.back.stopWaiting, h.back.cancel = context.WithCancel(context.Background())
 	}
@@ -134,8 +139,8 @@ func (h *Holder) PodReading(r PodReading) {
 	if b.superseded != "" {
 		reason = "superseded: " + b.superseded
 		for _, id := range h.opts.LockIDs {
-			if s := h.locks[id]; s.lease != nil && s.lease != s.healthYield {
-				s.healthYield = s.lease
+			if s := h.locks[id]; s.lease != nil && s.lease != s.givingUp {
+				s.givingUp = s.lease
 				due = append(due, id)
 			}
 		}
@@ -143,7 +148,7 @@ func (h *Holder) PodReading(r PodReading) {
 		var notReadyFor time.Duration
 		for _, id := range h.opts.LockIDs {
 			s := h.locks[id]
-			if s.lease == nil || s.lease == s.healthYield {
+			if s.lease == nil || s.lease == s.givingUp {
 				continue
 			}
 			since := b.notReadySince
@@ -151,7 +156,7 @@ func (h *Holder) PodReading(r PodReading) {
 				since = s.status.HeldSince
 			}
 			if r.At.Sub(since) >= h.opts.YieldWhenUnready {
-				s.healthYield = s.lease
+				s.givingUp = s.lease
 				due = append(due, id)
 				notReadyFor = max(notReadyFor, r.At.Sub(since))
 			}
@@ -203,7 +208,7 @@ func (h *Holder) giveUp(id, reason string) {
 	var err error
 	if h.opts.Mode == batonv1.ModeTry {
 		h.mu.Lock()
-		lease := h.locks[id].healthYield
+		lease := h.locks[id].givingUp
 		h.mu.Unlock()
 		err = h.release(ctx, id, lease, reason)
 	} else {

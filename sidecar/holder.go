@@ -57,8 +57,8 @@ type lockState struct {
 	// yield asks the Blocking-mode hold loop to release and queue again; it answers on the
 	// request's reply channel.
 	yield chan yieldRequest
-	// healthYield is the lease being given up because the pod should not hold it (PodReading).
-	healthYield *lock.Lease
+	// givingUp is the lease being given up because the pod should not hold it (PodReading).
+	givingUp *lock.Lease
 }
 
 // yieldRequest asks the Blocking-mode hold loop to release its lease (the event says why) and
@@ -146,7 +146,8 @@ func (h *Holder) hold(ctx context.Context, id string) {
 		}
 	}()
 	for ctx.Err() == nil {
-		if ready := h.appHeldBack(); ready != nil {
+		ready, leave := h.holdBackState()
+		if ready != nil {
 			// The pod should not hold the lock (its app is not ready, or it is superseded): out
 			// of the queue until that is over.
 			reason := h.holdBackStatus()
@@ -179,7 +180,7 @@ func (h *Holder) hold(ctx context.Context, id string) {
 			yielded = nil
 		}
 		waitCtx, stopWaiting := context.WithCancel(ctx)
-		stop := context.AfterFunc(h.waitingContext(), stopWaiting) // held back: leave the queue
+		stop := context.AfterFunc(leave, stopWaiting) // held back meanwhile: leave the queue
 		lease, err := h.locker.Acquire(waitCtx, h.opts.StoreLockID(id))
 		stop()
 		stopWaiting()
@@ -187,8 +188,8 @@ func (h *Holder) hold(ctx context.Context, id string) {
 			if ctx.Err() != nil {
 				return
 			}
-			if h.appHeldBack() != nil {
-				continue
+			if leave.Err() != nil {
+				continue // held back: the top of the loop waits
 			}
 			h.update(id, func(s *lockState) { s.status.State, s.status.Reason = sidecarclient.StateWaiting, err.Error() })
 			_ = ctxtime.Sleep(ctx, backoff)
@@ -407,6 +408,7 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	if st, _ := h.Lock(id); st.State == sidecarclient.StateHeld {
 		return st, nil
 	}
+	leave := h.waitingContext() // before the check: a hold-back that begins after it ends this wait
 	if err := h.errHeldBack(); err != nil {
 		st, _ := h.Lock(id)
 		return st, err
@@ -423,7 +425,7 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(h.stopAcquiring, cancel)()
-	defer context.AfterFunc(h.waitingContext(), cancel)() // held back meanwhile: leave the queue
+	defer context.AfterFunc(leave, cancel)() // held back meanwhile: leave the queue
 	var (
 		lease *lock.Lease
 		err   error

@@ -164,8 +164,8 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 			holder = ae.Lock.Holder
 		}
 		return ExitTempFail, fmt.Errorf("lock %q held by %s; not running %s (retry later or give a longer --wait)", id, holder, o.argv[0])
-	case errors.Is(err, sidecarclient.ErrAppNotReady):
-		return ExitTempFail, fmt.Errorf("lock %q is not taken while this pod's app containers are not ready (yieldWhenUnready); not running %s: %w", id, o.argv[0], err)
+	case errors.Is(err, sidecarclient.ErrAppNotReady), errors.Is(err, sidecarclient.ErrSuperseded):
+		return ExitTempFail, fmt.Errorf("lock %q is not taken by this pod now; not running %s: %w", id, o.argv[0], err)
 	case errors.Is(err, sidecarclient.ErrUnknownLock) && errors.As(err, &ae):
 		return 0, usagef("run", "%s", ae.Message)
 	case ctx.Err() != nil:

@@ -36,8 +36,8 @@ func (p *program) yield(ctx context.Context, args []string) (int, error) {
 	case err == nil:
 	case errors.Is(err, sidecarclient.ErrLocked):
 		return ExitTempFail, fmt.Errorf("yielded lock %q; not granted again within --wait %v", id, *wait)
-	case errors.Is(err, sidecarclient.ErrAppNotReady):
-		return ExitTempFail, fmt.Errorf("yielded lock %q; not taken again while this pod's app containers are not ready (yieldWhenUnready)", id)
+	case errors.Is(err, sidecarclient.ErrAppNotReady), errors.Is(err, sidecarclient.ErrSuperseded):
+		return ExitTempFail, fmt.Errorf("yielded lock %q; not taken again by this pod now: %w", id, err)
 	case errors.Is(err, sidecarclient.ErrUnknownLock) && errors.As(err, &ae):
 		return 0, usagef("yield", "%s", ae.Message)
 	case errors.Is(err, sidecarclient.ErrNotHeld):

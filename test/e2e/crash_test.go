@@ -21,6 +21,7 @@ import (
 // sidecar (same pod, so the zero-wait restart rule applies) takes the lock back with a larger
 // token, which the Service's answers show. It logs how long the Service gave no held answer.
 func TestKilledSidecarIsRestarted(t *testing.T) {
+	t.Parallel() // mostly waits (on the kubelet, a schedule, a second control plane): runs beside the others of its kind
 	c := batonCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()

@@ -36,6 +36,7 @@ var cronNamespaces = []string{"baton-cron-a", "baton-cron-b"}
 // after the app), the fenced store accepted every write and rejected none, and the writes of one
 // Job never interleave with another's: one holder at a time, across namespaces.
 func TestSingletonCronJobAcrossNamespaces(t *testing.T) {
+	t.Parallel() // mostly waits (on the kubelet, a schedule, a second control plane): runs beside the others of its kind
 	c := batonCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,7 @@ var (
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard()) // the clients' package-level logger; the tests log what matters
 	code := m.Run()
+	kubeB.Stop()
 	cassandra.Stop()
 	node.Stop()
 	os.Exit(code)
@@ -71,7 +73,7 @@ func batonCluster(t *testing.T) cluster {
 	installOnce.Do(func() {
 		start := time.Now()
 		out, err := batonnode.Install(context.Background(), batonnode.Chart{Helm: helm, Dir: "../../charts/baton", Node: n,
-			Hosts: hosts, GlobalNamespaces: cronNamespaces})
+			Hosts: hosts, GlobalNamespaces: append(slices.Clone(cronNamespaces), clustersNamespace)})
 		if err != nil {
 			installErr = fmt.Errorf("%w\n%s\noperator log: %s", err, out, operatorLogs(n, c.kubectl))
 			return

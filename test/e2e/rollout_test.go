@@ -21,6 +21,7 @@ import (
 // revision with a larger token; the operator reports RolloutSafe True. With the default maxUnavailable
 // (25%) the operator reports RolloutSafe False, naming the Deployment and the setting.
 func TestRolloutRestart(t *testing.T) {
+	t.Parallel() // mostly waits (on the kubelet, a schedule, a second control plane): runs beside the others of its kind
 	c := batonCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

@@ -88,7 +88,9 @@ func TestGlobalLockAcrossTheNodeAndAnotherCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	defer func() { _ = a.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clustersNamespace}}) }()
+	defer func() {
+		_ = a.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: clustersNamespace}})
+	}()
 	waitHolder(t, ctx, a.client, name, "cluster A to show the holder in cluster B", func(s batonv1.LockStatus) bool {
 		return s.Holder == podB && s.HolderNamespace == clustersNamespace && s.Token == first.Token && s.Waiting == 1
 	})

@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	simHistories = flag.Int("sim.histories", 30, "simulated histories per fault class (make soak uses 1000)")
+	simHistories = flag.Int("sim.histories", 20, "simulated histories per fault class (make soak uses 1000)")
 	simSeed      = flag.Uint64("sim.seed", 0, "replay only this seed (printed by a failing history)")
 	simClass     = flag.String("sim.class", "", "run only this fault class")
 	simMutants   = flag.Int("sim.mutant-histories", 150, "histories a mutant may survive before the mutation test fails")

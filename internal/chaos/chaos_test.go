@@ -28,7 +28,7 @@ var (
 	// The defaults are make test's slice (see the Makefile); make chaos runs every class, more
 	// runs, longer.
 	runsFlag      = flag.Int("chaos.runs", 1, "runs per fault class and workload")
-	durationFlag  = flag.Duration("chaos.duration", 12*time.Second, "how long the nemesis works in each run")
+	durationFlag  = flag.Duration("chaos.duration", 9*time.Second, "how long the nemesis works in each run")
 	seedFlag      = flag.Uint64("chaos.seed", 1, "seed of the first run; run i uses seed+i (a failing run prints its seed)")
 	classesFlag   = flag.String("chaos.classes", chaos.ClassMixed, "comma-separated fault classes: "+strings.Join(chaos.Classes, ", "))
 	workloadsFlag = flag.String("chaos.workloads", strings.Join(chaos.Workloads, ","), "comma-separated workloads: "+strings.Join(chaos.Workloads, ", "))

@@ -7,7 +7,7 @@ GO        ?= go
 OUT       := _out
 PKGS      := ./...
 TESTFLAGS ?=
-# Fuzz budgets are execution counts per target (about 5-10 s each here): a duration budget races
+# Fuzz budgets are execution counts per target (about 5-8 s each here): a duration budget races
 # Go's fuzzing coordinator at its deadline and fails now and then with a bare "context deadline
 # exceeded" and no failing input (golang/go#75804). FUZZTIME=30s (or 2000000x) overrides them all.
 FUZZTIME  ?=
@@ -54,11 +54,11 @@ test: check install-deps ## all tests, race detector on, against real Cassandra 
 	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|simulation |cassandra |\s+\S+_test\.go:[0-9]+: )' || true
 	@# The real node's end-to-end tests run after the others: with three Cassandra nodes and a
 	@# node's worth of processes at once, two cores starve the timing-sensitive tests of both.
-	@# Their tests that mostly wait (t.Parallel) run four at a time.
+	@# Their tests without a timing bound (t.Parallel) run four at a time.
 	$(GO) test -count=1 -timeout 30m -parallel 4 -v $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -E '$(NORACE)') 2>&1 | tee -a $(OUT)/test.log \
 	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|cassandra |\s+\S+_test\.go:[0-9]+: )' || true
 	@! grep -qE '^(FAIL|panic:|--- FAIL)' $(OUT)/test.log
-	@for target in internal/sidecarapi:FuzzHandler:50000x lock:FuzzParseOwner:250000x lock:FuzzValidateLockID:250000x lock/hintudp:FuzzParseHint:250000x; do \
+	@for target in internal/sidecarapi:FuzzHandler:30000x lock:FuzzParseOwner:150000x lock:FuzzValidateLockID:150000x lock/hintudp:FuzzParseHint:150000x; do \
 	  IFS=: read -r pkg fn budget <<< "$$target"; budget=$(or $(FUZZTIME),$$budget); \
 	  echo "fuzz $$fn ($$budget)"; \
 	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $$budget ./$$pkg/ > $(OUT)/fuzz-$$fn.log 2>&1 || true; \

@@ -24,6 +24,7 @@ import (
 // baton.dev/role=holder and the others standby, and a Service selecting the holder label has
 // exactly one endpoint, through which only the holder answers.
 func TestLabelPolicy(t *testing.T) {
+	t.Parallel() // no timing bound but generous deadlines: runs beside the others of its kind
 	c := batonCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 // token, revokes it and records it; the lock and the Service's answers move to another pod with a
 // larger token. It logs the time from the annotation to the first answer from the next holder.
 func TestRevokeAStuckHolder(t *testing.T) {
+	t.Parallel() // no timing bound but generous deadlines: runs beside the others of its kind
 	c := batonCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()

@@ -23,6 +23,7 @@ import (
 // sidecar, so it answers 503 with its pod name) is scheduled, started by the kubelet through containerd and runc, gets addresses on the
 // pod bridge, and its Service's cluster IP, programmed by kube-proxy, answers from every replica.
 func TestServiceReachesEveryPod(t *testing.T) {
+	t.Parallel() // no timing bound but generous deadlines: runs beside the others of its kind
 	n := node.Get(t)
 	client, err := kubernetes.NewForConfig(n.Config)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -34,13 +36,25 @@ const handoffPoll = time.Second
 // revisionAnnotation is the Deployment controller's revision number on each ReplicaSet.
 const revisionAnnotation = "deployment.kubernetes.io/revision"
 
-// Handoff is what handoff NewestRevision asks of the pods of one DistributedLock.
+// handoffSettle is how long the marks of the old pods that do not hold must have been in place
+// before the old holder is marked: two readings of their sidecars (every second with handoff
+// NewestRevision), so that none of them can queue again after the holder's release (a Try-mode
+// app may ask again between two waits, and its sidecar refuses only once it has read its mark).
+const handoffSettle = 2 * time.Second
+
+// Handoff is what handoff NewestRevision asks of the pods of one DistributedLock: the value of
+// the annotation baton.dev/superseded each should carry, by pod name. Pods in neither map should
+// not carry it.
 type Handoff struct {
-	// Marks is the desired value of the annotation baton.dev/superseded of every pod of the lock
-	// that should carry it, by pod name; pods not in it should not carry it.
+	// Marks are for the old pods that do not hold a lock: marked as soon as a pod of the newest
+	// revision holds or waits, they leave the queue.
 	Marks map[string]string
+	// HolderMarks are for the old holders, once no old pod of their workload waits; the caller
+	// marks them once the Marks have been in place for handoffSettle.
+	HolderMarks map[string]string
 	// Pending is true while some workload of the lock has pods of an older revision that are not
-	// marked because no pod of its newest revision holds or waits for the lock yet.
+	// marked because no pod of its newest revision holds or waits for the lock yet, or an old
+	// holder that is not marked because an old pod still waits.
 	Pending bool
 }
 
@@ -66,7 +80,7 @@ type Contenders struct {
 // never marked. With another handoff policy no pod is marked.
 func SupersededPods(dl *batonv1.DistributedLock, pods []corev1.Pod, replicaSets []appsv1.ReplicaSet,
 	statefulSets []appsv1.StatefulSet, c Contenders) Handoff {
-	out := Handoff{Marks: map[string]string{}}
+	out := Handoff{Marks: map[string]string{}, HolderMarks: map[string]string{}}
 	if dl.Spec.Handoff != batonv1.HandoffNewestRevision {
 		return out
 	}
@@ -147,7 +161,12 @@ func SupersededPods(dl *batonv1.DistributedLock, pods []corev1.Pod, replicaSets 
 		}
 		// The same value for every old pod and every reconcile of this rollout: a mark is written
 		// once.
-		out.Marks[name] = fmt.Sprintf("revision %s of %s superseded: a pod of the newest revision waits for the lock", r.revision, r.workload)
+		mark := fmt.Sprintf("revision %s of %s superseded: a pod of the newest revision waits for the lock", r.revision, r.workload)
+		if holds {
+			out.HolderMarks[name] = mark
+		} else {
+			out.Marks[name] = mark
+		}
 	}
 	return out
 }
@@ -193,11 +212,12 @@ func (r *DistributedLockReconciler) handoff(ctx context.Context, dl *batonv1.Dis
 		}
 	}
 	h := SupersededPods(dl, pods.Items, rss.Items, sets.Items, contenders(snapshots))
+	marks := r.withHolderMarks(dl, pods.Items, &h)
 	var marked []string
 	var errs []error
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		want, have := h.Marks[p.Name], p.Annotations[batonv1.AnnotationSuperseded]
+		want, have := marks[p.Name], p.Annotations[batonv1.AnnotationSuperseded]
 		if want == have || !usesLock(p.Namespace, p.Annotations, dl) {
 			continue // nothing to change, or another lock's pod (its own reconcile deals with it)
 		}
@@ -216,10 +236,52 @@ func (r *DistributedLockReconciler) handoff(ctx context.Context, dl *batonv1.Dis
 	}
 	if len(marked) > 0 {
 		slices.Sort(marked)
-		msg := h.Marks[marked[0]]
+		msg := marks[marked[0]]
 		logf.FromContext(ctx).Info("pods superseded by the newest revision", "pods", marked, "why", msg)
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonSuperseded, "Handoff",
 			"pods %s give up the lock: %s", strings.Join(marked, ", "), cmp.Or(msg, "a newer revision waits"))
 	}
 	return h.Pending, errors.Join(errs...)
+}
+
+// withHolderMarks returns the marks to apply for dl: h's Marks, and its HolderMarks of holders
+// already marked, or of all once every Mark has been in place (as the cache shows the pods) for
+// handoffSettle. Otherwise it sets h.Pending, so that the caller looks again soon.
+func (r *DistributedLockReconciler) withHolderMarks(dl *batonv1.DistributedLock, pods []corev1.Pod, h *Handoff) map[string]string {
+	have := make(map[string]string, len(pods))
+	for i := range pods {
+		have[pods[i].Name] = pods[i].Annotations[batonv1.AnnotationSuperseded]
+	}
+	settled := true
+	for name, want := range h.Marks {
+		if have[name] != want {
+			settled = false
+		}
+	}
+	key := client.ObjectKeyFromObject(dl)
+	now := r.now()
+	r.handoffMu.Lock()
+	if r.marksSettledSince == nil {
+		r.marksSettledSince = make(map[types.NamespacedName]time.Time)
+	}
+	since, ok := r.marksSettledSince[key]
+	switch {
+	case !settled || len(h.HolderMarks) == 0:
+		delete(r.marksSettledSince, key)
+	case !ok:
+		since = now
+		r.marksSettledSince[key] = now
+	}
+	r.handoffMu.Unlock()
+	ready := settled && (len(h.Marks) == 0 || now.Sub(since) >= handoffSettle)
+
+	marks := maps.Clone(h.Marks)
+	for name, mark := range h.HolderMarks {
+		if ready || have[name] != "" {
+			marks[name] = mark
+		} else {
+			h.Pending = true
+		}
+	}
+	return marks
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 )
 
@@ -59,7 +61,11 @@ func TestSupersededPods(t *testing.T) {
 		lockPod(ns, "db-0", "leader", ownedBy("StatefulSet", "db"), map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-a"}),
 		lockPod(ns, "db-1", "leader", ownedBy("StatefulSet", "db"), map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-b"}),
 	}
-	marked := func(h controllers.Handoff) []string { return slices.Sorted(maps.Keys(h.Marks)) }
+	marked := func(h controllers.Handoff) []string { // both kinds
+		all := maps.Clone(h.Marks)
+		maps.Copy(all, h.HolderMarks)
+		return slices.Sorted(maps.Keys(all))
+	}
 
 	set := func(names ...string) map[string]bool {
 		m := map[string]bool{}
@@ -83,8 +89,11 @@ func TestSupersededPods(t *testing.T) {
 	if got, want := marked(h), []string{"db-0", "web-1-a", "web-1-b"}; !slices.Equal(got, want) || h.Pending {
 		t.Fatalf("once no old pod waits: marked %v (pending %v), want %v", got, h.Pending, want)
 	}
-	if m := h.Marks["web-1-b"]; !strings.Contains(m, "revision 1 of Deployment/web superseded: a pod of the newest revision waits") {
-		t.Errorf("mark of web-1-b: %q", m)
+	if got := slices.Sorted(maps.Keys(h.HolderMarks)); !slices.Equal(got, []string{"web-1-a"}) {
+		t.Fatalf("once no old pod waits: holder marks %v, want the old holder web-1-a", got)
+	}
+	if m := h.HolderMarks["web-1-a"]; !strings.Contains(m, "revision 1 of Deployment/web superseded: a pod of the newest revision waits") {
+		t.Errorf("mark of web-1-a: %q", m)
 	}
 	if m := h.Marks["db-0"]; !strings.Contains(m, "revision db-a of StatefulSet/db superseded: a pod of the newest revision waits") {
 		t.Errorf("mark of db-0: %q", m)
@@ -119,8 +128,9 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 		}
 	}
 	old := lockPod(ns, "web-1-a", "leader", ownedBy("ReplicaSet", "web-1"), nil)
+	oldWaiter := lockPod(ns, "web-1-b", "leader", ownedBy("ReplicaSet", "web-1"), nil)
 	newer := lockPod(ns, "web-2-a", "leader", ownedBy("ReplicaSet", "web-2"), nil)
-	for _, p := range []*corev1.Pod{&old, &newer} {
+	for _, p := range []*corev1.Pod{&old, &oldWaiter, &newer} {
 		p.Spec.Containers = []corev1.Container{{Name: "app", Image: "app"}}
 		if err := c.Create(ctx, p); err != nil {
 			t.Fatal(err)
@@ -134,42 +144,74 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = held.Release(context.Background()) }()
-	waitCtx, stopWaiting := context.WithCancel(ctx)
-	defer stopWaiting()
-	go func() {
-		_, _ = newLocker(t, mem.Client(2, memstore.Faults{}), sidecarcontract.OwnerIdentity(ns, newer.Name, string(newer.UID))).Acquire(waitCtx, lockID)
-	}()
+	queue := func(pod *corev1.Pod, seed uint64) context.CancelFunc {
+		waitCtx, stopWaiting := context.WithCancel(ctx)
+		go func() {
+			_, _ = newLocker(t, mem.Client(seed, memstore.Faults{}), sidecarcontract.OwnerIdentity(ns, pod.Name, string(pod.UID))).Acquire(waitCtx, lockID)
+		}()
+		return stopWaiting
+	}
+	leave := queue(&oldWaiter, 2)
+	defer leave()
+	time.Sleep(500 * time.Millisecond) // the old pod queues first
+	defer queue(&newer, 3)()
 	rec := &events{}
-	r := &controllers.DistributedLockReconciler{Client: c, Recorder: rec, Interval: time.Hour, Stores: source{store}}
-	mark := func() string {
+	var now atomic.Int64 // the reconciler's clock, moved by hand
+	now.Store(time.Now().UnixNano())
+	r := &controllers.DistributedLockReconciler{Client: c, Recorder: rec, Interval: time.Hour, Stores: source{store},
+		Now: func() time.Time { return time.Unix(0, now.Load()) }}
+	markOf := func(pod *corev1.Pod) string {
 		t.Helper()
 		var p corev1.Pod
-		if err := c.Get(ctx, client.ObjectKeyFromObject(&old), &p); err != nil {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
 			t.Fatal(err)
 		}
 		return p.Annotations[batonv1.AnnotationSuperseded]
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dl)})
-		if err != nil {
+	mark := func() string { return markOf(&old) }
+	reconcileUntil := func(what string, done func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !done() {
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dl)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !done() && res.RequeueAfter > time.Second {
+				t.Fatalf("reconcile during the rollout: requeue after %v, want at most 1s", res.RequeueAfter)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 30s", what)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// The new pod queues: the old waiter is marked, the old holder not while the old waiter waits.
+	reconcileUntil("the old waiter marked", func() bool { return markOf(&oldWaiter) != "" })
+	if m := mark(); m != "" {
+		t.Fatalf("the old holder was marked while an old pod still waits: %q", m)
+	}
+	// Its sidecar leaves the queue: the holder is marked only once the waiter's mark has been in
+	// place for two readings of its sidecar (2s on the reconciler's clock).
+	leave()
+	reconcileUntil("the old waiter out of the queue", func() bool {
+		s, err := lock.Inspect(ctx, store, lockID)
+		return err == nil && len(s.Queue) == 1
+	})
+	for range 3 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dl)}); err != nil {
 			t.Fatal(err)
 		}
-		if mark() != "" {
-			break
-		}
-		if res.RequeueAfter > time.Second {
-			t.Fatalf("reconcile while the rollout waits for the new pod to queue: requeue after %v, want at most 1s", res.RequeueAfter)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the old pod was not marked within 30s of the new pod queueing")
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	if m := mark(); m != "" {
+		t.Fatalf("the old holder was marked as soon as the old waiter left, before its mark settled: %q", m)
+	}
+	now.Add(int64(2 * time.Second))
+	reconcileUntil("the old holder marked", func() bool { return mark() != "" })
 	if m := mark(); !strings.Contains(m, "a pod of the newest revision waits") {
 		t.Errorf("mark %q", m)
 	}
-	if !rec.find(controllers.ReasonSuperseded, "web-1-a give up the lock") {
+	if !rec.find(controllers.ReasonSuperseded, "web-1-a give up the lock") || !rec.find(controllers.ReasonSuperseded, "web-1-b give up the lock") {
 		t.Errorf("no Superseded event: %s", rec)
 	}
 	var p corev1.Pod
@@ -188,7 +230,7 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dl)}); err != nil {
 		t.Fatal(err)
 	}
-	if m := mark(); m != "" {
-		t.Errorf("mark %q after handoff went back to QueueOrder, want none", m)
+	if m, w := mark(), markOf(&oldWaiter); m != "" || w != "" {
+		t.Errorf("marks %q and %q after handoff went back to QueueOrder, want none", m, w)
 	}
 }

@@ -210,9 +210,11 @@ func hangNode(t *testing.T, i int) (resume func()) {
 }
 
 // TestTrioHungNodeWhileHolding: one of three nodes hangs (quorum is still there). The holder must
-// keep its lease through five leases of the hang, and a release must still hand over within two
-// leases: a hung coordinator may cost one request, not the lock (issue 12: an external run lost
-// held locks 3-13 s into such a hang, and hand-offs stalled until the node resumed).
+// keep its lease through five leases of the hang, and a release must still hand over within three
+// leases while the node still hangs: a hung coordinator may cost one request, not the lock (issue
+// 12: an external run lost held locks 3-13 s into such a hang, and hand-offs stalled until the node
+// resumed). Alone the hand-off takes tens of milliseconds; under make test's load on two cores it
+// took 4.8 s once and more than two leases (6 s) twice.
 func TestTrioHungNodeWhileHolding(t *testing.T) {
 	id := lockID(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -249,8 +251,8 @@ func TestTrioHungNodeWhileHolding(t *testing.T) {
 		if l != nil {
 			release(t, l)
 		}
-	case <-time.After(2 * testLease):
-		t.Errorf("no hand-off within %v of the release while one node of three hangs", 2*testLease)
+	case <-time.After(3 * testLease):
+		t.Errorf("no hand-off within %v of the release while one node of three hangs", 3*testLease)
 	}
 	resume()
 }

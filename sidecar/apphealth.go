@@ -27,8 +27,6 @@ type holdBack struct {
 	// notReadySince is when a reading first showed the app not ready after the last reading that
 	// showed it ready (zero while ready, or before any reading).
 	notReadySince time.Time
-	// detail says which containers were not ready at the last reading.
-	detail string
 	// unready is why the holder gave its locks up for the app's health ("" when it did not, or
 	// the app has been ready since).
 	unready string
@@ -119,12 +117,9 @@ func (h *Holder) PodReading(r PodReading) {
 	wasHeldBack := b.released != nil
 	if h.opts.YieldWhenUnready > 0 {
 		if r.AppReady {
-			b.notReadySince, b.detail, b.unready = time.Time{}, "", ""
-		} else {
-			if b.notReadySince.IsZero() {
-				b.notReadySince = r.At
-			}
-			b.detail = r.Detail
+			b.notReadySince, b.unready = time.Time{}, ""
+		} else if b.notReadySince.IsZero() {
+			b.notReadySince = r.At
 		}
 	}
 	if h.opts.Handoff == batonv1.HandoffNewestRevision {

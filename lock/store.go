@@ -41,6 +41,15 @@ func (r Record) sameState(o Record) bool {
 	return r.Version == o.Version && r.Owner == o.Owner && r.Token == o.Token && r.Revoked == o.Revoked
 }
 
+// sameWrite reports whether two reads returned the same write of the record: the same state and
+// the same display-only wall-clock times. Expiry by observation compares records this way. The
+// times are never compared as times; they only tell apart two writes that reached the same
+// version, owner and token by different paths: a record restored from a backup and granted again
+// from there repeats an earlier state exactly, but not the moment it was written.
+func (r Record) sameWrite(o Record) bool {
+	return r.sameState(o) && r.GrantedAt.Equal(o.GrantedAt) && r.RenewedAt.Equal(o.RenewedAt)
+}
+
 // olderThan reports whether r is an earlier state of the lock than o. Records are ordered by
 // (Token, Version): within one record both only grow, and a record created again starts at a token
 // above every earlier one (FirstToken) though its version restarts.
@@ -62,10 +71,12 @@ type QueueEntry struct {
 	// Hint is the address at which the waiter listens for hand-off hints (see Hinter), "" when it
 	// does not listen.
 	Hint string
-	// Written is an opaque stamp of the entry's last write that changes with every write (in
-	// Cassandra the write time of the entry's row), 0 when the store cannot say. Waiters behind
-	// an entry tell from it whether its waiter still refreshes the entry (docs/design.md, "Dead
-	// waiters"). Queue fills it in; Enqueue ignores it.
+	// Written is the timestamp of the entry's last write, in microseconds, by which the store
+	// reconciles the entry's writes and removals (in Cassandra the write time of the entry's row,
+	// set by the writer's clock); 0 when the store cannot say. Every write changes it. Waiters
+	// behind an entry tell from it whether its waiter still refreshes the entry (docs/design.md,
+	// "Dead waiters"), and remove another owner's entry as the write they saw (see Dequeue).
+	// Queue fills it in; Enqueue ignores it.
 	Written int64
 }
 
@@ -105,7 +116,11 @@ type Store interface {
 	// rewritten. Entries are identified by (Enqueued, Owner): a rewrite replaces the Hint.
 	Enqueue(ctx context.Context, lockID string, e QueueEntry, ttl time.Duration) error
 	// Dequeue removes the queue entry named by e's Enqueued and Owner. Removing a missing entry is
-	// not an error.
+	// not an error. Queue entries are plain writes reconciled by timestamp, the last write winning
+	// and a removal winning ties. With e.Written set (an entry as read by Queue) the removal
+	// carries that timestamp: it removes the write that was read and earlier ones, never a later
+	// rewrite, whatever the remover's clock says. With e.Written 0 it carries the store's own
+	// clock, never below the timestamps of its own earlier queue writes.
 	Dequeue(ctx context.Context, lockID string, e QueueEntry) error
 	// Queue returns up to limit live entries of the lock's queue whose Enqueued is at least from,
 	// in queue order, with their Hints and Written stamps; from 0 reads the queue from its start. A bounded read need

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -38,6 +39,9 @@ type Store struct {
 
 	qLoad, qInsert, qUpdate, qEnqueue, qDequeue, qQueue string
 	hints                                               bool // the queue table has the hint column
+
+	stampMu   sync.Mutex
+	lastStamp int64 // the last write timestamp given to a queue write (writeStamp)
 }
 
 var _ lock.Store = (*Store)(nil)
@@ -166,16 +170,40 @@ func (s *Store) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, t
 	if s.hints {
 		args = []any{lockID, e.Enqueued, e.Owner, e.Hint, secs}
 	}
-	err := s.query(s.qEnqueue, lockID, args...).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
+	err := s.query(s.qEnqueue, lockID, args...).Consistency(s.cons).Idempotent(true).
+		WithTimestamp(s.writeStamp()).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("cassandrastore: writing queue entry: %w", err)
 	}
 	return nil
 }
 
-// Dequeue implements lock.Store.
+// writeStamp returns the timestamp of a queue write or removal of this Store's own: its wall clock
+// in microseconds, never below the previous one plus one, so that its own writes of one entry are
+// ordered as it sent them even when they fall in one microsecond or the wall clock steps back.
+// (Cassandra reconciles the cells of one entry by these client-side timestamps: the last write
+// wins, and a removal wins over every write with the same or an earlier timestamp.)
+func (s *Store) writeStamp() int64 {
+	s.stampMu.Lock()
+	defer s.stampMu.Unlock()
+	s.lastStamp = max(time.Now().UnixMicro(), s.lastStamp+1)
+	return s.lastStamp
+}
+
+// Dequeue implements lock.Store. An entry with a Written stamp (read from the queue: another
+// owner's, removed because its waiter looks dead) is removed as the write it was seen with: the
+// removal carries that write's own timestamp (USING TIMESTAMP, set on the request), so it removes
+// that write and nothing later, whatever the remover's clock says. A waiter that was alive after all
+// and wrote its entry again keeps it; and a removal is never lost to a remover's clock that runs
+// behind the waiter's. Without a stamp (our own entry, or a keyspace without the hint column whose
+// write times this store reads) the removal carries this Store's own write timestamp.
 func (s *Store) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) error {
-	err := s.query(s.qDequeue, lockID, lockID, e.Enqueued, e.Owner).Consistency(s.cons).Idempotent(true).ExecContext(ctx)
+	stamp := e.Written
+	if stamp == 0 {
+		stamp = s.writeStamp()
+	}
+	err := s.query(s.qDequeue, lockID, lockID, e.Enqueued, e.Owner).Consistency(s.cons).Idempotent(true).
+		WithTimestamp(stamp).ExecContext(ctx)
 	if err != nil {
 		return fmt.Errorf("cassandrastore: deleting queue entry: %w", err)
 	}

@@ -23,17 +23,46 @@ type Event struct {
 	LockID string
 	Prev   lock.Record
 	Next   lock.Record
+	// Admin marks a change made behind the lock's back (Delete, DeleteRecord, Restore): Next is
+	// what the record became (the zero Record when it was deleted), not a conditional write.
+	Admin bool
+	// Queue is, for a write that granted the lock (to a new owner or with a new token), the live
+	// entries of the lock's queue at that moment in queue order, each with the time it became live.
+	Queue []QueuedEntry
+}
+
+// QueueChange is a queue entry becoming live (written while it was not) or ceasing to be (removed
+// while it was). Entries that expire are not logged.
+type QueueChange struct {
+	At     time.Time
+	LockID string
+	Entry  lock.QueueEntry
+	Live   bool
+}
+
+// QueueHistory returns every queue change in the order they happened.
+func (s *Store) QueueHistory() []QueueChange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.qlog)
+}
+
+// QueuedEntry is a live queue entry and since when it has been live (store time).
+type QueuedEntry struct {
+	lock.QueueEntry
+	Since time.Time
 }
 
 // Store is the shared in-memory state. It is safe for concurrent use.
 type Store struct {
 	mu      sync.Mutex
 	records map[string]lock.Record
+	states  map[string]map[recordState]bool // every state each lock's record ever had
 	pending map[string]*proposal
-	queues  map[string]map[queueKey]queued
+	queues  map[string]map[queueKey]*queued
 	history []Event
+	qlog    []QueueChange
 	nextID  int
-	writes  int64 // queue writes so far: the next entry's Written stamp
 	stats   Stats
 }
 
@@ -43,12 +72,31 @@ type queueKey struct {
 	owner    string
 }
 
-// queued is a live queue entry: its hint address, the stamp of its last write (lock.QueueEntry's
-// Written) and when it expires.
+// queued is what the store keeps of a queue entry, reconciled as Cassandra reconciles cells: by
+// the client-side timestamp of each write, the last write wins, and a removal (a tombstone) wins
+// over every write with the same or an earlier timestamp, whenever it arrives. The entry is live
+// while its latest write is later than its tombstone and has not expired.
 type queued struct {
 	hint    string
-	written int64
+	written int64 // timestamp of the latest write (lock.QueueEntry's Written); 0: never written
 	expires time.Time
+	removed int64     // timestamp of the latest removal; 0: never removed
+	touched time.Time // when a write or removal last reached it (store time)
+	since   time.Time // when it last became live (store time)
+}
+
+// purgeAfter is how long the store keeps what it knows of an entry that is not live any more, as
+// Cassandra keeps a tombstone for the queue table's gc_grace_seconds.
+const purgeAfter = time.Minute
+
+// purgeable reports whether the entry may be forgotten at now.
+func (q *queued) purgeable(now time.Time) bool {
+	return !q.live(now) && now.Sub(q.touched) >= purgeAfter && now.Sub(q.expires) >= purgeAfter
+}
+
+// live reports whether the entry is visible at now.
+func (q *queued) live(now time.Time) bool {
+	return q.written > q.removed && now.Before(q.expires)
 }
 
 // Stats counts the requests a Store served and the faults its clients injected.
@@ -56,6 +104,12 @@ type Stats struct {
 	Requests, DroppedRequests, DroppedResponses, Stalls, Pauses        int
 	AcceptedNotCommitted, CommittedLater, DroppedProposals, Duplicates int
 	DelayedRequests, StaleReads                                        int
+	// UnheldConditions counts conditional writes conditioned on a record state the lock's record
+	// never had: what a write built from a forged hint sends, never one built from a read.
+	UnheldConditions int
+	// OverruledWrites counts queue writes that were acknowledged but left no trace, because a
+	// removal with a later timestamp had reached the entry first.
+	OverruledWrites int
 }
 
 // Faults returns how many faults of any kind were injected.
@@ -88,8 +142,9 @@ type proposal struct {
 func New() *Store {
 	return &Store{
 		records: make(map[string]lock.Record),
+		states:  make(map[string]map[recordState]bool),
 		pending: make(map[string]*proposal),
-		queues:  make(map[string]map[queueKey]queued),
+		queues:  make(map[string]map[queueKey]*queued),
 	}
 }
 
@@ -114,15 +169,91 @@ func (s *Store) Record(lockID string) (lock.Record, bool) {
 func (s *Store) Delete(lockID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.records, lockID)
-	delete(s.pending, lockID)
+	s.deleteRecordLocked(lockID)
 	delete(s.queues, lockID)
 }
 
-// commitLocked makes a write visible and logs it.
+// DeleteRecord removes lockID's owner record alone, as an administrator truncating the owner table
+// would; its queue stays.
+func (s *Store) DeleteRecord(lockID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleteRecordLocked(lockID)
+}
+
+func (s *Store) deleteRecordLocked(lockID string) {
+	prev, ok := s.records[lockID]
+	delete(s.records, lockID)
+	delete(s.pending, lockID)
+	if ok {
+		s.history = append(s.history, Event{At: time.Now(), LockID: lockID, Prev: prev, Admin: true})
+	}
+}
+
+// Restore sets lockID's owner record to rec, as restoring the owner table from a backup would:
+// behind the lock's back, whatever the record is now.
+func (s *Store) Restore(lockID string, rec lock.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.records[lockID]
+	delete(s.pending, lockID)
+	s.records[lockID] = rec
+	s.rememberLocked(lockID, rec)
+	s.history = append(s.history, Event{At: time.Now(), LockID: lockID, Prev: prev, Next: rec, Admin: true})
+}
+
+// recordState is what a conditional write compares of a record.
+type recordState struct {
+	version, token int64
+	owner          string
+	revoked        bool
+	lease          time.Duration
+}
+
+func stateOf(r lock.Record) recordState {
+	return recordState{version: r.Version, token: r.Token, owner: r.Owner, revoked: r.Revoked, lease: r.Lease}
+}
+
+func (s *Store) rememberLocked(lockID string, r lock.Record) {
+	m := s.states[lockID]
+	if m == nil {
+		m = make(map[recordState]bool)
+		s.states[lockID] = m
+	}
+	m[stateOf(r)] = true
+}
+
+// commitLocked makes a write visible and logs it, with the queue as it is for a grant.
 func (s *Store) commitLocked(lockID string, prev, next lock.Record) {
 	s.records[lockID] = next
-	s.history = append(s.history, Event{At: time.Now(), LockID: lockID, Prev: prev, Next: next})
+	s.rememberLocked(lockID, next)
+	e := Event{At: time.Now(), LockID: lockID, Prev: prev, Next: next}
+	if next.Held() && (!prev.Held() || prev.Owner != next.Owner || prev.Token != next.Token) {
+		e.Queue = s.liveQueueLocked(lockID, e.At)
+	}
+	s.history = append(s.history, e)
+}
+
+// liveQueueLocked returns lockID's live queue entries at now, in queue order.
+func (s *Store) liveQueueLocked(lockID string, now time.Time) []QueuedEntry {
+	var out []QueuedEntry
+	for k, q := range s.queues[lockID] {
+		if q.live(now) {
+			out = append(out, QueuedEntry{QueueEntry: lock.QueueEntry{Enqueued: k.enqueued, Owner: k.owner, Hint: q.hint, Written: q.written}, Since: q.since})
+		}
+	}
+	slices.SortFunc(out, func(a, b QueuedEntry) int { return compareEntries(a.QueueEntry, b.QueueEntry) })
+	return out
+}
+
+func compareEntries(a, b lock.QueueEntry) int {
+	if a.Less(b) {
+		return -1
+	}
+	if b.Less(a) {
+		return 1
+	}
+	return 0
 }
 
 // settleLocked decides an accepted write before a linearizable operation on lockID: it commits
@@ -145,6 +276,11 @@ func (s *Store) settleLocked(lockID string, commit bool) {
 type Faults struct {
 	// MinLatency and MaxLatency bound each leg (request and response) of every call.
 	MinLatency, MaxLatency time.Duration
+	// LWTLatency is the extra time a conditional write or a linearizable read takes at the store
+	// before it applies: the Paxos round trips between coordinator and replicas that a plain read
+	// or write does not make (in Cassandra a lightweight transaction makes four where a plain write
+	// makes one). 0: the same as any call.
+	LWTLatency time.Duration
 	// DropRequest loses the request: nothing applies and the caller waits for its deadline.
 	DropRequest float64
 	// DropResponse applies the request but loses the response: the caller waits for its deadline.
@@ -184,6 +320,10 @@ type Client struct {
 	paused      time.Time             // the process sends and receives nothing until then
 	crashed     bool
 	requests    int
+	wall        func() time.Time // the process's wall clock: its queue writes' timestamps
+	onFault     func(time.Duration)
+	lastStamp   int64 // the last timestamp given to a queue write
+	skipped     int   // queue writes that a later removal had already overruled
 }
 
 // Requests returns how many requests the client has sent.
@@ -197,7 +337,63 @@ var _ lock.Store = (*Client)(nil)
 
 // Client returns a view of the store that injects faults drawn from its own source seeded by seed.
 func (s *Store) Client(seed uint64, f Faults) *Client {
-	return &Client{s: s, faults: f, seed: seed, streams: make(map[string]*rand.Rand)}
+	return &Client{s: s, faults: f, seed: seed, streams: make(map[string]*rand.Rand), wall: time.Now}
+}
+
+// SetWallClock sets the wall clock whose readings timestamp the client's queue writes and
+// removals, as the Cassandra driver stamps each write with its process's clock: a client whose
+// clock runs behind writes entries that an earlier removal by a client whose clock runs ahead
+// overrules. The default is time.Now.
+func (c *Client) SetWallClock(now func() time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall = now
+}
+
+// OnFault sets a function that the client calls, from the calling goroutine, whenever it injects a
+// fault into one of its requests, with how long from then the fault may hold the caller up: for a
+// lost request or response the time left to the caller's deadline, for a stall, a delayed request,
+// a write applied later or a stale read the fault's own length. Simulations use it to know when a
+// process was hindered.
+func (c *Client) OnFault(f func(d time.Duration)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onFault = f
+}
+
+// fault reports a fault of length d to the OnFault function, if any.
+func (c *Client) fault(d time.Duration) {
+	c.mu.Lock()
+	f := c.onFault
+	c.mu.Unlock()
+	if f != nil {
+		f(d)
+	}
+}
+
+// untilDeadline is how long a caller waits for a lost request or response.
+func untilDeadline(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return time.Minute
+}
+
+// stamp returns the timestamp of a queue write sent now: the wall clock in microseconds, never
+// below the previous one plus one (a process's writes are ordered as it sent them).
+func (c *Client) stamp() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastStamp = max(c.wall().UnixMicro(), c.lastStamp+1)
+	return c.lastStamp
+}
+
+// OverruledWrites returns how many of the client's queue writes were acknowledged but left no
+// trace, because a removal with a later timestamp had reached the entry first.
+func (c *Client) OverruledWrites() int {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.skipped
 }
 
 // Partition makes every request of the client fail until d from now.
@@ -288,15 +484,20 @@ func (c *Client) call(ctx context.Context, what string, op func()) error {
 	if c.chance(what, c.faults.DelayRequest) {
 		// On its way whatever the caller's deadline says.
 		c.s.count(&c.s.stats.DelayedRequests)
+		c.fault(c.faults.DelayBy)
 		time.Sleep(c.latency(what) + c.upTo(what, c.faults.DelayBy))
 	} else if err := ctxtime.Sleep(ctx, c.latency(what)); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrTimeout, what, err)
+	}
+	if c.faults.LWTLatency > 0 && (what == "compare-and-swap" || what == "serial-load") {
+		time.Sleep(c.faults.LWTLatency) // on its way at the store, whatever the caller's deadline
 	}
 	if c.cut() {
 		return timeout(ctx, what)
 	}
 	if c.chance(what, c.faults.DropRequest) {
 		c.s.count(&c.s.stats.DroppedRequests)
+		c.fault(untilDeadline(ctx))
 		return timeout(ctx, what)
 	}
 	op()
@@ -305,11 +506,13 @@ func (c *Client) call(ctx context.Context, what string, op func()) error {
 	}
 	if c.chance(what, c.faults.DropResponse) {
 		c.s.count(&c.s.stats.DroppedResponses)
+		c.fault(untilDeadline(ctx))
 		return timeout(ctx, what)
 	}
 	d := c.latency(what)
 	if c.chance(what, c.faults.Stall) {
 		c.s.count(&c.s.stats.Stalls)
+		c.fault(c.faults.StallFor)
 		d += c.faults.StallFor
 	}
 	// A late response is still delivered: the caller's deadline does not undo what happened.
@@ -339,6 +542,9 @@ func (c *Client) Load(ctx context.Context, lockID string, linearizable bool) (re
 			rec, ok = c.s.recordAtLocked(lockID, time.Now().Add(-staleBy), rec, ok)
 		}
 	})
+	if stale {
+		c.fault(staleBy)
+	}
 	return rec, ok, err
 }
 
@@ -383,6 +589,9 @@ func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next l
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
 		c.s.settleLocked(lockID, commit)
+		if prev.Version != 0 && !c.s.states[lockID][stateOf(prev)] {
+			c.s.stats.UnheldConditions++
+		}
 		cur, ok = c.s.records[lockID]
 		if !casMatches(cur, ok, prev) {
 			return
@@ -398,6 +607,7 @@ func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next l
 		c.s.commitLocked(lockID, cur, next)
 	})
 	if dup {
+		c.fault(dupBy)
 		// A driver retry: the same conditional write delivered again before the call returns.
 		// (Cassandra clients must never resend a conditional write after reporting on it.)
 		_ = ctxtime.Sleep(ctx, dupBy)
@@ -410,6 +620,7 @@ func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next l
 		c.s.mu.Unlock()
 	}
 	if id != 0 {
+		c.fault(max(laterBy, untilDeadline(ctx)))
 		go func() {
 			time.Sleep(laterBy)
 			c.s.mu.Lock()
@@ -428,27 +639,63 @@ func (c *Client) CompareAndSwap(ctx context.Context, lockID string, prev, next l
 	return applied, cur, ok, nil
 }
 
-// Enqueue implements lock.Store.
+// Enqueue implements lock.Store. The write carries the client's timestamp (SetWallClock): it is
+// acknowledged even when a removal with the same or a later timestamp overrules it.
 func (c *Client) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, ttl time.Duration) error {
+	ts := c.stamp()
 	return c.call(ctx, "enqueue", func() {
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
-		q := c.s.queues[lockID]
-		if q == nil {
-			q = make(map[queueKey]queued)
-			c.s.queues[lockID] = q
+		q := c.s.entryLocked(lockID, queueKey{e.Enqueued, e.Owner})
+		now := time.Now()
+		wasLive := q.live(now)
+		switch {
+		case ts <= q.removed:
+			c.skipped++
+			c.s.stats.OverruledWrites++
+		case ts >= q.written:
+			q.hint, q.written, q.expires = e.Hint, ts, now.Add(ttl)
 		}
-		c.s.writes++
-		q[queueKey{e.Enqueued, e.Owner}] = queued{hint: e.Hint, written: c.s.writes, expires: time.Now().Add(ttl)}
+		if !wasLive && q.live(now) {
+			q.since = now
+			c.s.qlog = append(c.s.qlog, QueueChange{At: now, LockID: lockID, Entry: lock.QueueEntry{Enqueued: e.Enqueued, Owner: e.Owner}, Live: true})
+		}
+		q.touched = now
 	})
 }
 
-// Dequeue implements lock.Store.
+// entryLocked returns the store's state of one queue entry, created empty when missing.
+func (s *Store) entryLocked(lockID string, k queueKey) *queued {
+	q := s.queues[lockID]
+	if q == nil {
+		q = make(map[queueKey]*queued)
+		s.queues[lockID] = q
+	}
+	e := q[k]
+	if e == nil {
+		e = &queued{}
+		q[k] = e
+	}
+	return e
+}
+
+// Dequeue implements lock.Store: a removal timestamped with e.Written when it is set (the write the
+// remover saw), else with the client's clock.
 func (c *Client) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) error {
+	ts := e.Written
+	if ts == 0 {
+		ts = c.stamp()
+	}
 	return c.call(ctx, "dequeue", func() {
 		c.s.mu.Lock()
 		defer c.s.mu.Unlock()
-		delete(c.s.queues[lockID], queueKey{e.Enqueued, e.Owner})
+		q := c.s.entryLocked(lockID, queueKey{e.Enqueued, e.Owner})
+		now := time.Now()
+		wasLive := q.live(now)
+		q.removed, q.touched = max(q.removed, ts), now
+		if wasLive && !q.live(now) {
+			c.s.qlog = append(c.s.qlog, QueueChange{At: now, LockID: lockID, Entry: lock.QueueEntry{Enqueued: e.Enqueued, Owner: e.Owner}, Live: false})
+		}
 	})
 }
 
@@ -460,23 +707,16 @@ func (c *Client) Queue(ctx context.Context, lockID string, from int64, limit int
 		defer c.s.mu.Unlock()
 		now := time.Now()
 		for k, e := range c.s.queues[lockID] {
-			switch {
-			case !now.Before(e.expires):
+			if e.purgeable(now) {
 				delete(c.s.queues[lockID], k)
-			case k.enqueued >= from:
+				continue
+			}
+			if e.live(now) && k.enqueued >= from {
 				out = append(out, lock.QueueEntry{Enqueued: k.enqueued, Owner: k.owner, Hint: e.hint, Written: e.written})
 			}
 		}
 	})
-	slices.SortFunc(out, func(a, b lock.QueueEntry) int {
-		if a.Less(b) {
-			return -1
-		}
-		if b.Less(a) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, compareEntries)
 	if len(out) > limit {
 		out = out[:limit]
 	}

@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore func(t *testing.T) lock.Store) {
 	t.Run("QueueOrderAndLimit", func(t *testing.T) { queueOrder(t, newStore(t)) })
 	t.Run("DequeueRemovesOneEntry", func(t *testing.T) { dequeue(t, newStore(t)) })
 	t.Run("QueueWrittenChangesWithEveryWrite", func(t *testing.T) { queueWritten(t, newStore(t)) })
+	t.Run("DequeueAsSeenSparesALaterWrite", func(t *testing.T) { dequeueAsSeen(t, newStore(t)) })
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -207,6 +208,49 @@ func queueWritten(t *testing.T, s lock.Store) {
 				t.Errorf("entry %v: Written changed from %d to %d by a write of another entry", entries[j], first[j].Written, after[j].Written)
 			}
 		}
+	}
+}
+
+// dequeueAsSeen: removing an entry with the Written stamp it was read with removes that write and
+// nothing later, so a waiter that wrote its entry again after another judged it dead keeps it
+// (issue 22, item 4); removing it as last written removes it. Written stamps are write timestamps:
+// a later write of an entry has a larger one.
+func dequeueAsSeen(t *testing.T, s lock.Store) {
+	ctx, id := ctxFor(t), lockID()
+	e := lock.QueueEntry{Enqueued: 1, Owner: "a", Hint: "198.18.0.1:9465"}
+	read := func() []lock.QueueEntry {
+		t.Helper()
+		got, err := s.Queue(ctx, id, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if err := s.Enqueue(ctx, id, e, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	seen := read()
+	if len(seen) != 1 || seen[0].Written == 0 {
+		t.Fatalf("Queue: %v; want the entry with a Written stamp", seen)
+	}
+	if err := s.Enqueue(ctx, id, e, time.Minute); err != nil { // the waiter is alive after all
+		t.Fatal(err)
+	}
+	rewritten := read()
+	if len(rewritten) != 1 || rewritten[0].Written <= seen[0].Written {
+		t.Fatalf("after a rewrite: %v; want the entry with a Written stamp above %d", rewritten, seen[0].Written)
+	}
+	if err := s.Dequeue(ctx, id, seen[0]); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); !slices.Equal(got, rewritten) {
+		t.Fatalf("removing the entry as first seen also removed its later write: %v; want %v", got, rewritten)
+	}
+	if err := s.Dequeue(ctx, id, rewritten[0]); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); len(got) != 0 {
+		t.Fatalf("removing the entry as last written: %v left; want none", got)
 	}
 }
 

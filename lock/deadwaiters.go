@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -53,8 +54,9 @@ func (a *acquisition) dropDead(ctx context.Context, sent, received time.Time, qu
 	self := l.owner.String()
 	seen := make(map[queueKey]sighting, len(queue))
 	live := queue[:0:0]
+	var dead []int // indexes into queue
 	quiet, ahead := true, 0
-	for _, e := range queue {
+	for i, e := range queue {
 		if e.Owner == self || !e.Less(a.entry) {
 			live = append(live, e)
 			continue
@@ -77,7 +79,22 @@ func (a *acquisition) dropDead(ctx context.Context, sent, received time.Time, qu
 		}
 		l.opts.log.V(1).Info("removing the queue entry of a waiter that stopped refreshing it", "lock", a.lockID, "entry", e.Owner, "unchanged", sent.Sub(s.since).String())
 		delete(seen, key)
-		go l.dequeue(context.WithoutCancel(ctx), a.lockID, e, QueueEntry{})
+		dead = append(dead, i)
+	}
+	for _, i := range dead {
+		// The waiter after the dead one moves up, maybe to the head, which it learns only at its
+		// next queue read: tell it now (HintAhead), unless that is us. Otherwise the waiters behind
+		// it could count it, the head, as dead for leaving a free lock untaken before it knew.
+		next := QueueEntry{}
+		for _, e := range queue[i+1:] {
+			if !slices.ContainsFunc(dead, func(j int) bool { return queue[j].Same(e) }) {
+				if e.Owner != self {
+					next = e
+				}
+				break
+			}
+		}
+		go l.removeOther(context.WithoutCancel(ctx), a.lockID, queue[i], next)
 	}
 	a.sightings, a.quietAhead = seen, quiet && ahead > 0
 	return live

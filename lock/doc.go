@@ -33,7 +33,8 @@
 //     refreshed remove it sooner.
 //  7. Owners are unique (identity plus random incarnation). A grant is taken over without waiting
 //     only when it is the Locker's own ended grant, or, with WithZeroWaitRestart, a grant of a dead
-//     earlier incarnation of its identity (zero-wait restart). A revoked grant never is.
+//     earlier incarnation of its identity that proved to know the same restart secret (zero-wait
+//     restart). A revoked grant never is.
 //  8. Revocation marks the grant revoked with a compare-and-swap conditioned on its token; the
 //     holder learns it at its next renewal, and the next grant still waits one observed lease.
 //
@@ -59,7 +60,13 @@
 //     while its grant is in flight settles it and gives back a grant that applied.
 //   - Two Lockers never share an Owner (NewOwner draws a random incarnation), and a Locker takes
 //     over a grant without waiting only when it is its own ended grant, or, with
-//     WithZeroWaitRestart, a grant of a dead earlier incarnation of its identity.
+//     WithZeroWaitRestart, a grant of a dead earlier incarnation of its identity that knew the
+//     same restart secret: a copied identity alone takes nothing over.
+//   - Records are never taken over on an observation of another record, and an observation that
+//     no read has confirmed for a lease plus the request timeout is void. Deleting or restoring
+//     owner records behind the lock's back still lets a new grant overlap an old one for up to a
+//     renew interval, and a restored record issues its tokens again (README, "Restoring the
+//     keyspace").
 //
 // The simulation tests of this package check these claims on seeded histories with faults, and a
 // mutation test makes sure that each of a set of deliberately unsafe variants of the lock is

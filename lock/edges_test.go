@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,10 @@ import (
 )
 
 var fastFaults = memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 3 * time.Millisecond}
+
+// testRestartSecret is the restart secret of the tests' zero-wait processes: every restart of one
+// identity knows it, as every container of one pod can read the pod's emptyDir.
+var testRestartSecret = []byte("edges-test-restart-secret")
 
 // TestSameIdentityWithoutZeroWaitWaits: two live processes that share an identity (two CLI
 // processes with the same hostname and PID in two containers) are two owners. Without
@@ -71,7 +76,7 @@ func TestZeroWaitRestartAheadOfQueue(t *testing.T) {
 		mem := memstore.New()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		opts := []lock.Option{lock.WithLease(3 * time.Second), lock.WithZeroWaitRestart()}
+		opts := []lock.Option{lock.WithLease(3 * time.Second), lock.WithZeroWaitRestart(testRestartSecret)}
 		crashing := mem.Client(1, fastFaults)
 		leader, _ := lock.New(crashing, lock.Owner{Identity: "ns/leader/uid-1", Incarnation: "1"}, opts...)
 		lease, err := leader.Acquire(ctx, "x")
@@ -130,7 +135,7 @@ func TestZeroWaitNeverTakesRevokedGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		ctx := context.Background()
-		opts := []lock.Option{lock.WithLease(3 * time.Second), lock.WithZeroWaitRestart()}
+		opts := []lock.Option{lock.WithLease(3 * time.Second), lock.WithZeroWaitRestart(testRestartSecret)}
 		crashing := mem.Client(1, fastFaults)
 		first, _ := lock.New(crashing, lock.Owner{Identity: "ns/p/uid", Incarnation: "1"}, opts...)
 		l, err := first.Acquire(ctx, "x")
@@ -377,7 +382,8 @@ func TestRestartedWaiterSkipsItsDeadEntry(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The first incarnation queued, then died: its entry lives on for its TTL.
-		dead := lock.QueueEntry{Enqueued: time.Now().UnixMicro(), Owner: "ns/waiter/uid-2#1"}
+		first, _ := lock.New(mem.Client(8, fastFaults), lock.Owner{Identity: "ns/waiter/uid-2", Incarnation: "1"}, lock.WithZeroWaitRestart(testRestartSecret))
+		dead := lock.QueueEntry{Enqueued: time.Now().UnixMicro(), Owner: first.Owner().String()}
 		if err := mem.Client(9, memstore.Faults{}).Enqueue(ctx, "x", dead, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -385,7 +391,7 @@ func TestRestartedWaiterSkipsItsDeadEntry(t *testing.T) {
 		var mu sync.Mutex
 		ahead := -1
 		restarted, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "ns/waiter/uid-2", Incarnation: "2"},
-			lock.WithZeroWaitRestart(), lock.WithObserver(func(e lock.Event) {
+			lock.WithZeroWaitRestart(testRestartSecret), lock.WithObserver(func(e lock.Event) {
 				if e.Kind == lock.EventQueued {
 					mu.Lock()
 					ahead = e.Ahead
@@ -729,4 +735,55 @@ func grantTime(ctx context.Context, t *testing.T, l *lock.Locker, lockID string)
 		_ = lease.Release(context.Background())
 	}()
 	return granted, released
+}
+
+// TestZeroWaitNeedsTheRestartProof: a process that copied a live holder's identity (readable from
+// the owner record, or from the pod) but not its restart secret queues like a stranger; only a
+// restart that knows the secret takes the grant over at once (issue 22, item 7).
+func TestZeroWaitNeedsTheRestartProof(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutant []lock.Option
+	}{{name: "lock"}, {name: "mutant", mutant: []lock.Option{lock.WithMutation("zero-wait-without-proof")}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := memstore.New()
+				ctx := context.Background()
+				const lease = 3 * time.Second
+				defer time.Sleep(2 * lease) // lost leases find out and end
+				opts := func(secret string) []lock.Option {
+					return append([]lock.Option{lock.WithLease(lease), lock.WithZeroWaitRestart([]byte(secret))}, tc.mutant...)
+				}
+				holder, _ := lock.New(mem.Client(1, fastFaults), lock.Owner{Identity: "ns/p/uid", Incarnation: "1"}, opts("secret-of-the-real-pod")...)
+				held, err := holder.Acquire(ctx, "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer held.Release(ctx)
+				if !strings.Contains(held.Owner().String(), "~") {
+					t.Fatalf("owner %q carries no restart tag", held.Owner())
+				}
+				copier, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "ns/p/uid", Incarnation: "2"}, opts("secret-of-another-pod")...)
+				wctx, cancel := context.WithTimeout(ctx, 2*lease)
+				defer cancel()
+				l, err := copier.Acquire(wctx, "x")
+				if tc.mutant != nil {
+					if err == nil {
+						t.Logf("caught as expected: the copier was granted token %d while the holder (token %d) is valid: %v", l.Token(), held.Token(), held.Valid())
+						_ = l.Release(ctx)
+						return
+					}
+					t.Fatal("a zero-wait restart that needs no proof was not granted the copied identity's lock: the test cannot see the fault")
+				}
+				if err == nil {
+					defer l.Release(ctx)
+					t.Fatalf("a process with a copied identity and another secret was granted token %d while the holder (token %d) is valid: %v",
+						l.Token(), held.Token(), held.Valid())
+				}
+				if !held.Valid() {
+					t.Fatalf("the holder lost its lease: %v", held.Err())
+				}
+			})
+		})
+	}
 }

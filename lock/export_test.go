@@ -17,6 +17,11 @@ var mutationNames = map[string]mutations{
 	"own-lease-only":          mutOwnLeaseOnly,
 	"peer-timestamp-expiry":   mutPeerTimestampExpiry,
 	"token-not-bumped":        mutTokenNotBumped,
+	"stale-observation":       mutStaleObservation,
+	"remove-at-own-clock":     mutRemoveAtOwnClock,
+	"dequeue-before-grant":    mutDequeueBeforeGrant,
+	"cas-on-hint":             mutCASOnHint,
+	"zero-wait-without-proof": mutZeroWaitWithoutProof,
 }
 
 // Mutations lists the unsafe variants by name.

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,10 +34,12 @@ type Locker struct {
 	lastEnqueue    int64
 }
 
-// observation is the first time (on the Locker's clock) a record was seen in its current state.
+// observation is what a Locker knows of a lock's owner record: the record and when it was first
+// and last read in that state (Locker clock).
 type observation struct {
 	rec    Record
 	seenAt time.Time
+	lastAt time.Time
 }
 
 // New returns a Locker for owner on store. It validates the options before anything starts.
@@ -50,6 +53,16 @@ func New(store Store, owner Owner, opts ...Option) (*Locker, error) {
 	o, err := buildOptions(opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.zeroWait {
+		// The restart proof travels in the incarnation (see WithZeroWaitRestart).
+		if strings.Contains(owner.Incarnation, restartTagSep) {
+			return nil, fmt.Errorf("%w: with WithZeroWaitRestart the owner incarnation %q must not contain %q", ErrInvalidOption, owner.Incarnation, restartTagSep)
+		}
+		owner.Incarnation += restartTagSep + restartTag(owner.Identity, o.restartSecret)
+		if err := owner.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: with WithZeroWaitRestart: %w", ErrInvalidOption, err)
+		}
 	}
 	h := fnv.New64a()
 	h.Write([]byte(owner.String()))
@@ -121,21 +134,60 @@ func (l *Locker) forget(lease *Lease) {
 	}
 }
 
-// observe records rec as read at receivedAt and returns when it was first seen unchanged.
+// observe records rec as read at receivedAt. It returns when rec was first seen unchanged, and
+// current false when the read cannot be trusted to show the record: the caller must then not grant
+// itself the lock on rec, and reads again.
 //
-// A read that returns an older record than the one under observation is stale (a replica behind
-// an in-flight Paxos commit): it neither restarts the observation nor replaces the record, so that
-// stale reads cannot keep a dead holder's lock from expiring. A grant based on the stale record
-// itself fails its conditional write, which then shows the current record.
-func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) time.Time {
+// A read that returns an older-looking record than the one under observation (ordered by token,
+// then version) is either stale (a replica behind an in-flight Paxos commit) or shows a record that
+// was deleted and created again, or restored from a backup, with lower tokens. A stale read neither
+// restarts the observation nor replaces the record, so that stale reads cannot keep a dead holder's
+// lock from expiring; but the observation of one record never licenses a grant on another, which
+// may have a live holder.
+//
+// A record counts as unchanged only while reads return the very same write (sameWrite): a record
+// restored from a backup and granted again from there can reach an earlier version, owner and token
+// again, never the same write. An observation that no read has confirmed for observationLife is
+// void: what happened to the record meanwhile is unknown (it may have moved on and been restored to
+// this very write), so the next read starts a new observation, whatever it returns.
+func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) (seenAt time.Time, current bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o, ok := l.observed[lockID]
-	if !ok || !o.rec.sameState(rec) && !rec.olderThan(o.rec) {
-		o = observation{rec: rec, seenAt: receivedAt}
-		l.observed[lockID] = o
+	if l.opts.mutations.has(mutStaleObservation) {
+		// The unsafe variant: observations never void, and an older-looking read is granted on.
+		if !ok || !o.rec.sameState(rec) && !rec.olderThan(o.rec) {
+			o = observation{rec: rec, seenAt: receivedAt}
+			l.observed[lockID] = o
+		}
+		return o.seenAt, true
 	}
-	return o.seenAt
+	valid := ok && receivedAt.Sub(o.lastAt) <= l.opts.observationLife(o.rec)
+	switch {
+	case valid && o.rec.sameWrite(rec):
+		o.lastAt = later(o.lastAt, receivedAt)
+	case valid && rec.olderThan(o.rec):
+		return o.seenAt, false
+	default:
+		o = observation{rec: rec, seenAt: receivedAt, lastAt: receivedAt}
+	}
+	l.observed[lockID] = o
+	return o.seenAt, true
+}
+
+// observationLife is how long an observation of rec stays valid without a read that confirms it:
+// the longer of our lease and the one rec's holder promised, plus the request timeout. Replicas are
+// not expected to lag further behind; a waiter reads the record far more often (docs/design.md,
+// "Expiry by observation").
+func (o options) observationLife(rec Record) time.Duration {
+	return max(o.lease, rec.Lease) + o.requestTimeout
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // enqueueTime returns a wall-clock enqueue time in microseconds that never goes backwards for this
@@ -231,8 +283,6 @@ type acquisition struct {
 	othersSeen  bool      // the last queue read held entries of other owners
 	next        QueueEntry
 	triedFirst  bool // the CAS-first attempt (casFirst) has been made or ruled out
-
-	dequeued <-chan struct{} // our entry's removal, when it started before the grant (contendDequeued)
 
 	// Next in line, watching the head (see watchHead): the head entry and since when it has been
 	// the head (Locker clock), whether the next poll reads the record instead of the queue, and
@@ -336,22 +386,13 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 			return nil, l.opts.waiterPoll, a.enqueue(ctx)
 		}
 	}
-	if free, ok := hinted.freeRecord(); ok && a.queued {
-		// The release we were told of names the free record it wrote. As the head (by a recent
-		// queue read), grant ourselves on exactly that record; otherwise the same, beside a
-		// queue read, giving it back if others are ahead (casFirst).
-		if a.wasHead && l.opts.clock.Since(a.queueReadAt) < l.opts.waiterPoll {
-			lease, wait, _, err := a.leavingQueue(ctx, func() (*Lease, time.Duration, bool, error) {
-				lease, wait, err := a.contend(ctx, &loaded{rec: free, ok: true, sent: l.opts.clock.Now()})
-				return lease, wait, true, err
-			})
-			return lease, wait, err
-		}
-		if lease, wait, done, err := a.leavingQueue(ctx, func() (*Lease, time.Duration, bool, error) {
-			return a.casFirst(ctx, free)
-		}); done {
-			return lease, wait, err
-		}
+	// A release hint (HintFree) is taken as a reason to look now, never as a fact: the step reads
+	// the owner record, alongside the queue unless we were the head a moment ago, and grants
+	// itself only on the record it read. A forged or stale hint so costs reads only (rule 6), and
+	// our queue entry stays in place until a grant has landed, so that nobody arriving meanwhile
+	// finds the queue without us (docs/design.md, Hand-off hints).
+	if free, ok := hinted.freeRecord(); ok && a.queued && l.opts.mutations.has(mutCASOnHint) {
+		return a.contend(ctx, &loaded{rec: free, ok: true, sent: l.opts.clock.Now()})
 	}
 	// 1. Keep our queue entry alive while we wait.
 	if a.queued && l.opts.clock.Since(a.enqueuedAt) >= l.opts.queueEntryTTL/3 {
@@ -437,32 +478,6 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 		r = &got
 	}
 	return a.contend(ctx, r)
-}
-
-// leavingQueue runs grant, a grant on a free record a release hint named, while our queue entry is
-// being removed, instead of removing it after the grant: the grant almost always applies, and the
-// release that follows waits for the removal. If it does not apply, the entry is written again
-// under its old name, so it keeps its place (the queue decides fairness, never safety).
-func (a *acquisition) leavingQueue(ctx context.Context, grant func() (*Lease, time.Duration, bool, error)) (*Lease, time.Duration, bool, error) {
-	dequeued := a.leaveQueueInBackground(ctx, false)
-	a.dequeued = dequeued
-	lease, wait, done, err := grant()
-	if lease != nil {
-		// Tell the waiter behind us, now that grant's queue read (if any) says who it is, once
-		// our entry is gone.
-		l, lockID, next := a.l, a.lockID, a.nextAfterUs()
-		go func() {
-			<-dequeued
-			l.hintAhead(lockID, next)
-		}()
-		return lease, wait, done, err
-	}
-	<-dequeued
-	a.dequeued, a.queued = nil, true // our entry's name is unchanged: rewrite it
-	if qerr := a.enqueue(ctx); qerr != nil && err == nil {
-		err = qerr
-	}
-	return nil, wait, done, err
 }
 
 // contend is the head's part of a step: read the owner record (or take the read already made, r)
@@ -618,7 +633,7 @@ func (a *acquisition) skipHead(ctx context.Context, r *loaded, why string) (*Lea
 	// The waiter after us is unknown (our queue view names the dead head as next): the release
 	// reads the queue afresh to tell the right one.
 	a.head, a.wasHead, a.ahead, a.next, a.othersSeen = QueueEntry{}, true, 0, QueueEntry{}, false
-	go l.dequeue(context.WithoutCancel(ctx), a.lockID, dead, QueueEntry{})
+	go l.removeOther(context.WithoutCancel(ctx), a.lockID, dead, QueueEntry{})
 	return a.contend(ctx, r)
 }
 
@@ -646,7 +661,10 @@ func (a *acquisition) mustWait(rec Record, ok bool, seen, received time.Time) ti
 	}
 	// Expiry by observation (rule 3): the record must stay unchanged for a full lease on our clock,
 	// counted from the first read that returned it, from when that read was received.
-	seenAt := l.observe(a.lockID, rec, seen)
+	seenAt, current := l.observe(a.lockID, rec, seen)
+	if !current {
+		return l.opts.pollInterval // an older-looking read: never grant on it, read again
+	}
 	return max(0, lease-received.Sub(seenAt))
 }
 
@@ -663,8 +681,26 @@ func (a *acquisition) ownedByUs(rec Record) bool {
 	case rec.Owner == l.owner.String():
 		return true
 	default:
-		return (l.opts.zeroWait || l.opts.mutations.has(mutZeroWaitAnyIdentity)) && l.owner.sameIdentity(rec.Owner)
+		return l.predecessor(rec.Owner)
 	}
+}
+
+// predecessor reports whether owner string s is an earlier incarnation of this Locker's owner that
+// proved to know the same restart secret (WithZeroWaitRestart): a process that is known to be dead,
+// whose grant and queue entries we may take over at once (rule 7).
+func (l *Locker) predecessor(s string) bool {
+	m := l.opts.mutations
+	switch {
+	case s == l.owner.String() || !l.owner.sameIdentity(s):
+		return false
+	case m.has(mutZeroWaitAnyIdentity):
+		return true
+	case !l.opts.zeroWait:
+		return false
+	case m.has(mutZeroWaitWithoutProof):
+		return true
+	}
+	return tagOf(s) == tagOf(l.owner.String())
 }
 
 // FirstToken is the fencing token of the first grant of a new owner record created at wall-clock
@@ -678,7 +714,16 @@ func FirstToken(wall time.Time) int64 { return max(1, wall.UnixMicro()) }
 // grant writes this owner into the owner record with the next token. It returns nil, nil when
 // another writer won the race.
 func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lease, error) {
+	if a.queued && a.l.opts.mutations.has(mutDequeueBeforeGrant) {
+		<-a.leaveQueueInBackground(ctx, false)
+	}
 	next, sent, applied, _, _, err := a.writeGrant(ctx, prev, exists)
+	if a.l.opts.mutations.has(mutDequeueBeforeGrant) && !a.queued && a.entry.Enqueued != 0 && (err != nil || !applied) {
+		a.queued = true // put the entry back under its old name
+		if qerr := a.enqueue(ctx); qerr != nil && err == nil {
+			err = qerr
+		}
+	}
 	if err != nil || !applied {
 		return nil, err
 	}
@@ -734,14 +779,11 @@ func (a *acquisition) granted(ctx context.Context, next Record, sent time.Time) 
 	delete(l.observed, a.lockID)
 	l.mu.Unlock()
 	// The grant is the owner record alone; our queue entry only tells later arrivals that we are
-	// ahead of them, so it is removed after Acquire returns, off the critical path. The lease
-	// waits for the removal before it gives the record back, so that the next waiter does not
-	// find us still ahead of it then.
-	dequeued := a.dequeued
-	if dequeued == nil {
-		dequeued = a.leaveQueueInBackground(ctx, true)
-	}
-	a.dequeued = nil
+	// ahead of them, so it is removed after the grant has landed (never before: a newcomer would
+	// find the queue without us and the lock free), in the background, off the critical path. The
+	// lease waits for the removal before it gives the record back, so that the next waiter does
+	// not find us still ahead of it then.
+	dequeued := a.leaveQueueInBackground(ctx, true)
 	lease := startLease(l, a.lockID, next, sent, dequeued, queueView{read: a.queueReadAt, othersSeen: a.othersSeen, next: a.next})
 	if err := ctx.Err(); err != nil {
 		// Granted, but our caller is gone: give the record back at once rather than leave a grant
@@ -811,7 +853,7 @@ func (a *acquisition) casFirst(ctx context.Context, free Record) (lease *Lease, 
 	switch {
 	case !a.block:
 		return nil, 0, true, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead)
-	case a.queued || a.dequeued != nil: // queued, or being dequeued and put back by leavingQueue
+	case a.queued:
 		return nil, l.opts.waiterPoll, true, nil
 	}
 	return nil, l.opts.waiterPoll, true, a.enqueue(ctx)
@@ -983,6 +1025,17 @@ func (l *Locker) dequeue(ctx context.Context, lockID string, e, next QueueEntry)
 		l.opts.log.V(1).Info("leaving queue failed; the entry ages out", "lock", lockID, "err", err.Error())
 	}
 	l.hintAhead(lockID, next)
+}
+
+// removeOther removes another owner's queue entry e, as read from the queue, whose waiter looks
+// dead, then tells next (if set) that it moved up. It removes e as the write it was seen with
+// (e.Written, see Store.Dequeue): a waiter that was alive after all and wrote its entry again
+// keeps it, whatever the clocks of the two say.
+func (l *Locker) removeOther(ctx context.Context, lockID string, e, next QueueEntry) {
+	if l.opts.mutations.has(mutRemoveAtOwnClock) {
+		e.Written = 0
+	}
+	l.dequeue(ctx, lockID, e, next)
 }
 
 // aheadOf counts the entries of other owners in queue that are ahead of mine, by queue order

@@ -3,6 +3,7 @@ package lock
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -36,6 +37,7 @@ type options struct {
 	wallClock      func() time.Time
 	hinter         Hinter
 	zeroWait       bool
+	restartSecret  []byte
 	mutations      mutations // unsafe variants for the simulation's mutation test; never set outside tests
 	observer       func(Event)
 	errs           []error
@@ -121,16 +123,33 @@ func WithWallClock(now func() time.Time) Option { return func(o *options) { o.wa
 // renewal attempt of a held lease (EventRenewed). It must not block.
 func WithObserver(f func(Event)) Option { return func(o *options) { o.observer = f } }
 
-// WithZeroWaitRestart lets a new incarnation of this Locker's owner identity take over a grant
-// of an earlier incarnation at once, with a new token, ahead of any queued waiter: a restarted
-// process does not wait out its own dead predecessor's lease (rule 7).
+// WithZeroWaitRestart lets a restarted process take over its own predecessor's grant at once,
+// with a new token, ahead of any queued waiter, instead of waiting out the dead predecessor's lease
+// (rule 7). A process may take over only a grant whose owner has its identity and proves to have
+// known the same secret: the Locker appends a tag derived from identity and secret to its owner's
+// incarnation (Owner), and the tag cannot be worked back to the secret. Another process that copies
+// the identity (it is readable from the owner record, and in Kubernetes from the pod) but cannot
+// read the secret queues like a stranger.
 //
-// It is only safe where two processes with one identity never run at the same time, because the
-// takeover trusts that the earlier incarnation is dead. A Kubernetes sidecar qualifies: its identity
-// holds the pod UID, and the kubelet never runs two incarnations of a container at once. A process
-// whose identity could repeat (hostname and PID in containers) must not set it. A revoked grant is
-// never taken over this way. Default off.
-func WithZeroWaitRestart() Option { return func(o *options) { o.zeroWait = true } }
+// secret must be at least MinRestartSecret random bytes that restarts of this process can read and
+// nothing else can: the sidecar keeps it in the pod's own emptyDir volume, which outlives container
+// restarts and no other pod sees. The takeover also trusts that the predecessor is dead: only one
+// process with this identity and secret may run at a time (the sidecar holds an exclusive file lock
+// on the secret's file while it runs, and goes without zero-wait restart when it cannot take it). A
+// revoked grant is never taken over this way. Default off.
+func WithZeroWaitRestart(secret []byte) Option {
+	return func(o *options) {
+		if len(secret) < MinRestartSecret {
+			o.errs = append(o.errs, fmt.Errorf("%w: WithZeroWaitRestart: the secret is %d bytes, at least %d random bytes are needed",
+				ErrInvalidOption, len(secret), MinRestartSecret))
+			return
+		}
+		o.zeroWait, o.restartSecret = true, slices.Clone(secret)
+	}
+}
+
+// MinRestartSecret is the shortest secret WithZeroWaitRestart accepts, in bytes.
+const MinRestartSecret = 16
 
 // WithHinter sets how waiters are told that they are next, or that the lock was given back, so
 // that they look at once instead of at their next poll (see Hinter). Without it waiters only poll.

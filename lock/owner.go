@@ -2,6 +2,7 @@ package lock
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -17,12 +18,13 @@ const ownerSep = "#"
 
 // Owner identifies one holder process. Identity is stable for the thing that holds the lock (in
 // Kubernetes: namespace/pod name/pod UID); Incarnation is random per process start (NewOwner).
-// With WithZeroWaitRestart, a new incarnation of the same identity takes over its predecessor's
-// grant at once, with a new token, because the predecessor process is gone (rule 7).
+// With WithZeroWaitRestart, a new incarnation of the same identity that knows the same restart
+// secret takes over its predecessor's grant at once, with a new token, because the predecessor
+// process is gone (rule 7); the Locker then appends the secret's tag to the incarnation.
 //
 // Two Lockers must never share an Owner (identity and incarnation): a Locker takes over a grant of
 // its own owner string at once. Use NewOwner. Where two live processes could share an identity
-// (host names and PIDs repeat across containers), do not use WithZeroWaitRestart.
+// and a restart secret, do not use WithZeroWaitRestart.
 type Owner struct {
 	Identity    string
 	Incarnation string
@@ -75,6 +77,37 @@ func (o Owner) Validate() error {
 func (o Owner) sameIdentity(s string) bool {
 	i := strings.LastIndex(s, ownerSep)
 	return i >= 0 && s[:i] == o.Identity
+}
+
+// restartTagSep separates an incarnation from the restart tag that WithZeroWaitRestart appends.
+const restartTagSep = "~"
+
+// restartTagLen is the length of a restart tag in hex digits (96 bits).
+const restartTagLen = 24
+
+// restartTag derives the tag that proves knowledge of secret for identity: a prefix of
+// SHA-256 over a domain string, the identity and the secret.
+func restartTag(identity string, secret []byte) string {
+	h := sha256.New()
+	h.Write([]byte("baton zero-wait restart\x00"))
+	h.Write([]byte(identity))
+	h.Write([]byte{0})
+	h.Write(secret)
+	return hex.EncodeToString(h.Sum(nil))[:restartTagLen]
+}
+
+// tagOf returns the restart tag carried by the incarnation of owner string s, "" when none.
+func tagOf(s string) string {
+	i := strings.LastIndex(s, ownerSep)
+	if i < 0 {
+		return ""
+	}
+	inc := s[i+1:]
+	j := strings.LastIndex(inc, restartTagSep)
+	if j < 0 {
+		return ""
+	}
+	return inc[j+1:]
 }
 
 // ValidateLockID checks a lock ID: 1 to MaxIDLength bytes of printable UTF-8 without spaces.

@@ -110,8 +110,7 @@ func (l *Locker) dropPredecessors(lockID string, queue []QueueEntry) []QueueEntr
 	if !l.opts.zeroWait {
 		return queue
 	}
-	self := l.owner.String()
-	dead := func(e QueueEntry) bool { return e.Owner != self && l.owner.sameIdentity(e.Owner) }
+	dead := func(e QueueEntry) bool { return l.predecessor(e.Owner) }
 	if !slices.ContainsFunc(queue, dead) {
 		return queue
 	}
@@ -122,7 +121,7 @@ func (l *Locker) dropPredecessors(lockID string, queue []QueueEntry) []QueueEntr
 			continue
 		}
 		l.opts.log.V(1).Info("removing the queue entry of an earlier incarnation of this owner", "lock", lockID, "entry", e.Owner)
-		go l.dequeue(context.Background(), lockID, e, QueueEntry{})
+		go l.removeOther(context.Background(), lockID, e, QueueEntry{})
 	}
 	return live
 }

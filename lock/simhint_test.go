@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/baton-dev/baton/lock"
@@ -18,6 +17,10 @@ type hintFaults struct {
 	lose, duplicate float64       // chance that a hint is lost, or delivered twice
 	maxDelay        time.Duration // a hint arrives after up to this long
 	forgeEvery      time.Duration // a forger sends a hint to a random waiter this often (0: never)
+	// forgeVersions makes the forger's "free" hints name a record version and token near the
+	// current record's (the current one, one more, one less), as a forger reading the owner record
+	// would, instead of none.
+	forgeVersions bool
 }
 
 // simHinter is the hint network of one simulated history: every client listens on it, as sidecars
@@ -26,7 +29,7 @@ type hintFaults struct {
 type simHinter struct {
 	f      hintFaults
 	seed   uint64
-	faults *atomic.Int64
+	faults *faultLog
 
 	mu      sync.Mutex
 	rng     *rand.Rand                // the forger's
@@ -35,7 +38,7 @@ type simHinter struct {
 
 var _ lock.Hinter = (*simHinter)(nil)
 
-func newSimHinter(f hintFaults, seed uint64, faults *atomic.Int64) *simHinter {
+func newSimHinter(f hintFaults, seed uint64, faults *faultLog) *simHinter {
 	return &simHinter{f: f, seed: seed, faults: faults, rng: rand.New(rand.NewPCG(seed, 7)), waiters: make(map[string]chan lock.Hint)}
 }
 
@@ -67,7 +70,7 @@ func (h *simHinter) Send(addr string, hint lock.Hint) {
 		copies = 2
 	}
 	if copies != 1 {
-		h.faults.Add(1)
+		h.faults.note()
 	}
 	for range copies {
 		delay := time.Duration(rng.Int64N(int64(h.f.maxDelay) + 1))
@@ -85,8 +88,9 @@ func (h *simHinter) deliver(addr string, hint lock.Hint) {
 	}
 }
 
-// forge sends forged hints until ctx ends: to a random live queue entry, of a random kind.
-func (h *simHinter) forge(ctx context.Context, store *memstore.Client) {
+// forge sends forged hints until ctx ends: to a random live queue entry, of a random kind; with
+// forgeVersions a "free" hint names a version and token near the record's in mem.
+func (h *simHinter) forge(ctx context.Context, store *memstore.Client, mem *memstore.Store) {
 	if h.f.forgeEvery == 0 {
 		return
 	}
@@ -106,8 +110,13 @@ func (h *simHinter) forge(ctx context.Context, store *memstore.Client) {
 		h.mu.Lock()
 		e := queue[h.rng.IntN(len(queue))]
 		kind := lock.HintKind(1 + h.rng.IntN(2))
+		hint := lock.Hint{LockID: simLockID, Owner: e.Owner, Enqueued: e.Enqueued, Kind: kind}
+		if rec, ok := mem.Record(simLockID); ok && h.f.forgeVersions && kind == lock.HintFree {
+			hint.Version = max(1, rec.Version+int64(h.rng.IntN(3)-1))
+			hint.Token = rec.Token + int64(h.rng.IntN(3)-1)
+		}
 		h.mu.Unlock()
-		h.faults.Add(1)
-		h.deliver(e.Hint, lock.Hint{LockID: simLockID, Owner: e.Owner, Enqueued: e.Enqueued, Kind: kind})
+		h.faults.note()
+		h.deliver(e.Hint, hint)
 	}
 }

@@ -97,10 +97,9 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		changes: make(chan struct{}, 1),
 	}
 	h.stopAcquiring, h.stopAll = context.WithCancel(context.Background())
-	// Zero-wait restart is safe here: the identity holds the pod UID and the kubelet never runs two
-	// incarnations of the sidecar container at once, so an earlier incarnation's grant is dead.
-	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithObserver(h.observe),
-		lock.WithZeroWaitRestart()}, lockOpts...)
+	// Zero-wait restart (lock.WithZeroWaitRestart) comes with lockOpts when the caller has the
+	// pod's restart proof (Run).
+	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithObserver(h.observe)}, lockOpts...)
 	if h.locker, err = lock.New(store, owner, all...); err != nil {
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -84,6 +85,14 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		lockOpts = append(lockOpts, lock.WithHinter(hinter))
 		metrics.WatchHints(hinter.Stats)
 		log.Info("listening for hand-off hints", "address", "udp://"+hinter.Addr())
+	}
+	// Zero-wait restart: a restarted sidecar of this pod takes its predecessor's grants over at
+	// once, proven by the secret in the pod's emptyDir (see openRestartProof).
+	if secret, release, err := openRestartProof(filepath.Dir(opts.SocketPath)); err != nil {
+		log.Info("zero-wait restart is off: a grant of an earlier sidecar of this pod is waited out like anybody's", "reason", err.Error())
+	} else {
+		defer release()
+		lockOpts = append(lockOpts, lock.WithZeroWaitRestart(secret))
 	}
 	holder, err := NewInstrumentedHolder(opts, store, log.WithName("holder"), metrics, lockOpts...)
 	if err != nil {

@@ -20,6 +20,10 @@ import (
 )
 
 // TestSixteenContenders: 16 contenders with separate sessions never overlap and tokens grow.
+
+// testRestartSecret is the restart secret of the zero-wait processes of these tests.
+var testRestartSecret = []byte("cassandrastore-test-restart-secret")
+
 func TestSixteenContenders(t *testing.T) {
 	id := lockID(t)
 	var log grantLog
@@ -295,7 +299,7 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 	cut := cutstore.New(newStore(t, single, ""))
 	id := lockID(t)
 	ctx := ctxFor(t, time.Minute)
-	zeroWait := []lock.Option{lock.WithLease(30 * time.Second), lock.WithZeroWaitRestart()}
+	zeroWait := []lock.Option{lock.WithLease(30 * time.Second), lock.WithZeroWaitRestart(testRestartSecret)}
 	first, err := lock.New(cut, lock.Owner{Identity: "ns/pod/uid-1", Incarnation: "a"}, zeroWait...)
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +313,7 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancelStandbys(); wg.Wait() })
 	for i := range 2 {
-		s := newLocker(t, newStore(t, single, ""), fmt.Sprintf("standby-%d", i), lock.WithLease(30*time.Second), lock.WithZeroWaitRestart())
+		s := newLocker(t, newStore(t, single, ""), fmt.Sprintf("standby-%d", i), lock.WithLease(30*time.Second), lock.WithZeroWaitRestart(testRestartSecret))
 		wg.Go(func() {
 			if l, err := s.Acquire(standbys, id); err == nil {
 				t.Errorf("standby %d was granted token %d", i, l.Token())

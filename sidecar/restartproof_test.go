@@ -1,0 +1,61 @@
+//go:build unix
+
+package sidecar
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestRestartProof: the first sidecar of a pod creates the restart secret in the socket's
+// directory; while it runs no other process can use it; a restart reads the same secret; a pod
+// with another directory (no shared volume) has another secret.
+func TestRestartProof(t *testing.T) {
+	dir := t.TempDir()
+	first, release, err := openRestartProof(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != restartProofBytes {
+		t.Fatalf("secret of %d bytes, want %d", len(first), restartProofBytes)
+	}
+	if info, err := os.Stat(filepath.Join(dir, restartProofFile)); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("restart proof file: %v, %v; want mode 0600", info, err)
+	}
+	if _, _, err := openRestartProof(dir); !errors.Is(err, errProofHeld) {
+		t.Fatalf("a second live process opened the restart proof: %v; want errProofHeld", err)
+	}
+	release() // the process exits (the kernel drops its lock the same way when it is killed)
+	again, release, err := openRestartProof(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if !bytes.Equal(again, first) {
+		t.Fatal("a restart read another secret: it could not take over its predecessor's grant")
+	}
+	other, releaseOther, err := openRestartProof(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseOther()
+	if bytes.Equal(other, first) {
+		t.Fatal("two pods share a restart secret")
+	}
+	// A file cut short (a crash while it was first written) gets a fresh secret.
+	short := t.TempDir()
+	if err := os.WriteFile(filepath.Join(short, restartProofFile), []byte("abc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fresh, releaseFresh, err := openRestartProof(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseFresh()
+	if len(fresh) != restartProofBytes {
+		t.Fatalf("secret of %d bytes after a short file, want %d", len(fresh), restartProofBytes)
+	}
+}

@@ -7,6 +7,6 @@ import "errors"
 var errProofHeld = errors.New("sidecar: another live process in this pod holds the restart proof")
 
 // openRestartProof is unavailable without flock: the sidecar runs without zero-wait restart.
-func openRestartProof(string) ([]byte, func(), error) {
+func openRestartProof(socket string) ([]byte, func(), error) {
 	return nil, nil, errors.New("sidecar: no restart proof on this platform (it needs flock)")
 }

@@ -12,8 +12,13 @@ import (
 	"syscall"
 )
 
-// restartProofFile is the name of the restart proof in the socket's directory, the pod's emptyDir.
-const restartProofFile = ".baton-restart-proof"
+// restartProofPath returns where the restart proof of the sidecar serving socket lives: beside the
+// socket, in the pod's emptyDir ("/var/run/baton/.baton.sock.restart-proof"). One file per socket,
+// so that sidecars run as processes side by side in one directory (tests, chaos runs) each have
+// their own.
+func restartProofPath(socket string) string {
+	return filepath.Join(filepath.Dir(socket), "."+filepath.Base(socket)+".restart-proof")
+}
 
 // restartProofBytes is the length of a new restart secret.
 const restartProofBytes = 32
@@ -21,16 +26,16 @@ const restartProofBytes = 32
 // errProofHeld means that another live process holds the restart proof.
 var errProofHeld = errors.New("sidecar: another live process in this pod holds the restart proof")
 
-// openRestartProof returns the pod's restart secret from dir (the directory of the API socket, an
-// emptyDir that outlives container restarts and that no other pod sees), creating it with fresh
+// openRestartProof returns the restart secret of the sidecar serving socket (kept beside it in the
+// pod's emptyDir, which outlives container restarts and no other pod sees), creating it with fresh
 // random bytes the first time. It takes an exclusive lock on the file for as long as the process
 // runs (release gives it back; the kernel does when the process dies), so that a second live
 // process in the pod cannot use it: the secret proves that the grant of an earlier process with
 // the same proof was made in this pod, the lock that no such process is still alive
 // (lock.WithZeroWaitRestart). It returns errProofHeld when a live process holds the lock.
-func openRestartProof(dir string) (secret []byte, release func(), err error) {
-	path := filepath.Join(dir, restartProofFile)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+func openRestartProof(socket string) (secret []byte, release func(), err error) {
+	path := restartProofPath(socket)
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, nil, fmt.Errorf("sidecar: restart proof: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -88,7 +87,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	}
 	// Zero-wait restart: a restarted sidecar of this pod takes its predecessor's grants over at
 	// once, proven by the secret in the pod's emptyDir (see openRestartProof).
-	if secret, release, err := openRestartProof(filepath.Dir(opts.SocketPath)); err != nil {
+	if secret, release, err := openRestartProof(opts.SocketPath); err != nil {
 		log.Info("zero-wait restart is off: a grant of an earlier sidecar of this pod is waited out like anybody's", "reason", err.Error())
 	} else {
 		defer release()

@@ -68,8 +68,14 @@ type sidecarProc struct {
 // startSidecar runs a sidecar for pod name in namespace ns holding lock "orders".
 func startSidecar(t *testing.T, ns, name string, extraEnv ...string) *sidecarProc {
 	t.Helper()
+	return startSidecarAt(t, ns, name, filepath.Join(t.TempDir(), name+".sock"), extraEnv...)
+}
+
+// startSidecarAt is startSidecar serving socket: a sidecar started again on the same socket is a
+// restart in the same pod (same emptyDir), one on another socket a process of another pod.
+func startSidecarAt(t *testing.T, ns, name, socket string, extraEnv ...string) *sidecarProc {
+	t.Helper()
 	cl := storeReady(t)
-	socket := filepath.Join(t.TempDir(), name+".sock")
 	p := &sidecarProc{name: name, socket: socket, out: &testenv.SyncBuffer{}, exited: make(chan error, 1), client: sidecarclient.New(socket)}
 	p.cmd = exec.Command(binary)
 	p.cmd.Env = append(os.Environ(),

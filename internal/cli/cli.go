@@ -190,7 +190,7 @@ Usage:
   baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
   baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
                [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
-  baton yield  [--socket PATH] [--lock ID] [--wait 0]
+  baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
   baton help [COMMAND]
 
 In a pod annotated with baton.dev/lock, status, wait, run and yield talk to the baton sidecar over its
@@ -223,19 +223,21 @@ Flags:
   --timeout DUR     how long to wait, e.g. 30s or 5m; 0 checks once (default 5m)
 `,
 	"run": runUsage(),
-	"yield": `Usage: baton yield [--socket PATH] [--lock ID] [--wait DUR]
+	"yield": `Usage: baton yield [--socket PATH] [--lock ID] [--wait DUR] [--token N]
 
 Steps down: the sidecar releases the lock and queues again behind the pods waiting for it, so the
 next one is granted now. In Blocking mode the sidecar takes its turn again by itself (the pod is
 not ready meanwhile); in Try mode it acquires again, waiting up to --wait. Prints the lock's state
 after, e.g. "orders waiting (yielded: queueing again behind the waiters)" or "orders token 9".
-Exits 0, 1 when the pod does not hold the lock, 75 in Try mode when it is not granted again
-within --wait.
+Exits 0, 1 when the pod does not hold the lock (with --token: not that grant), 75 in Try mode
+when it is not granted again within --wait.
 
 Flags:
   --socket PATH   ` + socketUsage + `
   --lock ID       the lock to yield (default: the only declared lock)
   --wait DUR      Try mode: how long to wait to get the lock back; 0 tries once (default 0)
+  --token N       yield only the grant with this fencing token, e.g. $BATON_TOKEN; another grant
+                  of the pod (this one ended) is left alone (default: whatever grant it holds)
 `,
 }
 
@@ -253,7 +255,9 @@ SIGKILL after --grace, and baton exits 75. Otherwise baton releases the lock (if
 acquired it) and exits with CMD's exit code.
 
 With a sidecar (the default): a Try-mode lock is acquired through the sidecar's API, waiting up to
---wait; a Blocking-mode lock is waited for until the sidecar holds it.
+--wait, and CMD runs only when the answer grants it (state held, with a fencing token); another
+process of the pod acquiring or holding the lock is exit 75. At the end baton releases its own
+grant only, by its token. A Blocking-mode lock is waited for until the sidecar holds it.
 
 Without Kubernetes (--cassandra-hosts given): baton takes the lock in Cassandra itself as owner
 host/<hostname>/<pid>/<random>, like flock(1) for a cluster. --lock is required, --wait defaults to 0 (try

@@ -139,14 +139,23 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 		id = only
 	}
 
-	// 1. Try mode: ask the sidecar for the lock. Blocking mode answers ErrNotTryMode: the sidecar
-	//    acquires by itself, so wait until it holds the lock.
+	// 1. Try mode: ask the sidecar for the lock; only an answer that grants it (state held, a
+	//    token) counts. Blocking mode answers ErrNotTryMode: the sidecar acquires by itself, so
+	//    wait until it holds the lock.
 	acquired := false
 	status, err := c.Acquire(ctx, id, o.wait)
 	var ae *sidecarclient.Error
 	switch {
-	case err == nil:
+	case err == nil && status.Granted():
 		acquired = true
+	case err == nil:
+		return ExitTempFail, fmt.Errorf("lock %q not granted: the sidecar answered %s; not running %s", id, describe(status), o.argv[0])
+	case errors.Is(err, sidecarclient.ErrAcquiring):
+		return ExitTempFail, fmt.Errorf("lock %q not granted: another acquisition of it is in progress in this pod (another process asked first); not running %s (retry later): %w",
+			id, o.argv[0], err)
+	case errors.Is(err, sidecarclient.ErrHeldByPod):
+		return ExitTempFail, fmt.Errorf("lock %q not granted: this pod holds it for another process; not running %s (retry once that one released it)",
+			id, o.argv[0])
 	case errors.Is(err, sidecarclient.ErrNotTryMode):
 		t := newTracker("run", []string{id})
 		err := p.waitHeld(ctx, c, st, t, o.wait)
@@ -158,6 +167,9 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 			return ExitFailure, err
 		}
 		status = t.state[id]
+		if !status.Granted() {
+			return ExitFailure, fmt.Errorf("lock %q: the sidecar reports %s, with no fencing token; not running %s", id, describe(status), o.argv[0])
+		}
 	case errors.Is(err, sidecarclient.ErrLocked):
 		holder := "another pod"
 		if errors.As(err, &ae) && ae.Lock != nil && ae.Lock.Holder != "" {
@@ -179,7 +191,10 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, err := c.Release(rctx, id); err != nil && !errors.Is(err, sidecarclient.ErrNotHeld) {
+		// Only this run's grant: one that ended (and perhaps went to another process of the pod
+		// since) is not released.
+		_, err := c.Release(rctx, id, status.Token)
+		if err != nil && !errors.Is(err, sidecarclient.ErrNotHeld) && !errors.Is(err, sidecarclient.ErrTokenMismatch) {
 			fmt.Fprintf(p.stderr, "baton: releasing lock %q: %v (the sidecar frees it when its lease ends)\n", id, err)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
@@ -222,6 +224,7 @@ type invocation struct {
 	sigs  <-chan os.Signal
 	poll  time.Duration // 0: an hour, so only events drive the sidecar commands
 	pid   int
+	clock clock.WithDelayedExecution // nil: the system's suspend-aware clock
 
 	stdout, stderr testenv.SyncBuffer
 	code           int
@@ -239,6 +242,9 @@ func start(t *testing.T, inv *invocation) *invocation {
 	}
 	if inv.pid != 0 {
 		p.pid = inv.pid
+	}
+	if inv.clock != nil {
+		p.clock = inv.clock
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	inv.done = make(chan struct{})

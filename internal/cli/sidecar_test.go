@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/sidecarclient"
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
+
+	"github.com/baton-dev/baton/internal/suspendclock"
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 var (
@@ -197,7 +200,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 6}) // an earlier grant: ignored
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "lease expired"})
 			},
-			[]string{`lost lock "orders" (token 7)`, "lease expired", "sent SIGTERM to sleep's process group"}},
+			[]string{`lost lock "orders" (token 7)`, "lease expired", "killed sleep's process group at once: SIGKILL at"}},
 		{"stream ends", []string{"sleep", "30"}, "10s",
 			func(f *fakeService) { f.endStream() },
 			[]string{`lost lock "orders"`, "ended its event stream"}},
@@ -205,7 +208,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 			func(f *fakeService) {
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7})
 			},
-			[]string{`lost lock "orders"`, "process group and SIGKILL at"}},
+			[]string{`lost lock "orders"`, "process group at once: SIGKILL at"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeService{t: t, events: true, acquire: notTryMode}
@@ -547,5 +550,90 @@ func TestRunReleasesOnlyItsGrant(t *testing.T) {
 	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "report", "--", "true"}})
 	if inv.code != 0 || inv.stderr.String() != "" {
 		t.Errorf("exit %d, stderr %q; want 0 and nothing said", inv.code, inv.stderr.String())
+	}
+}
+
+// suspension is a machine's total suspended time as a test sets it, for suspendclock.Counting.
+type suspension struct{ total atomic.Int64 }
+
+func (s *suspension) read() time.Duration     { return time.Duration(s.total.Load()) }
+func (s *suspension) suspend(d time.Duration) { s.total.Add(int64(d)) }
+
+// heldOn is orders held with token 7 under a 30 s lease whose self-fence deadline is deadline, a
+// reading of clk: what a sidecar on the same machine reports.
+func heldOn(clk clock.PassiveClock, deadline time.Time) sidecarclient.LockStatus {
+	return sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateHeld, Token: 7,
+		LeaseMs: 30000, LeaseRemainingMs: max(1, deadline.Sub(clk.Now()).Milliseconds())}
+}
+
+// TestRunThroughASidecarCountsSuspendedTime: the deadline baton run keeps for CMD through a
+// sidecar counts the time the machine was suspended, as the lease's clock does (issue 22, item
+// 3). The machine is suspended for an hour while CMD runs under a 30 s lease, and the sidecar
+// does not answer after the resume (its pod is frozen): CMD's group is killed at once on resume,
+// not 30 s of awake time later.
+func TestRunThroughASidecarCountsSuspendedTime(t *testing.T) {
+	var s suspension
+	clk := suspendclock.Counting(s.read)
+	deadline := clk.Now().Add(30 * time.Second)
+	frozen := make(chan struct{})
+	var resumed atomic.Bool
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldOn(clk, deadline)} }
+	f.lock = func(string) (sidecarclient.LockStatus, bool) {
+		if resumed.Load() {
+			<-frozen
+		}
+		return heldOn(clk, deadline), true
+	}
+	sock := serve(t, f)
+	t.Cleanup(func() { close(frozen) }) // before the server closes
+	inv := start(t, &invocation{clock: clk, args: []string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--",
+		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}})
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	resumed.Store(true)
+	s.suspend(time.Hour)
+	at := time.Now()
+	if code := inv.wait(t, 10*time.Second); code != ExitTempFail {
+		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
+	}
+	took := time.Since(at)
+	t.Logf("CMD's group killed %v after the resume", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("CMD was stopped %v after the resume; the deadline passed during the suspension", took)
+	}
+	for _, w := range []string{"deadline", "SIGKILL at"} {
+		if !strings.Contains(inv.stderr.String(), w) {
+			t.Errorf("stderr %q does not contain %q", inv.stderr.String(), w)
+		}
+	}
+}
+
+// TestRunKillsAtOnceOnALoss: once the sidecar reports the lock lost, CMD's group is killed at
+// once, as in direct mode, not after --grace or at the deadline the sidecar reported before: the
+// lock may be another owner's already (issue 22, item 3).
+func TestRunKillsAtOnceOnALoss(t *testing.T) {
+	clk := suspendclock.New()
+	deadline := clk.Now().Add(30 * time.Second)
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldOn(clk, deadline)} }
+	f.lock = func(string) (sidecarclient.LockStatus, bool) { return heldOn(clk, deadline), true }
+	sock := serve(t, f)
+	inv := start(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--",
+		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}})
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "grant revoked"})
+	at := time.Now()
+	if code := inv.wait(t, 10*time.Second); code != ExitTempFail {
+		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
+	}
+	took := time.Since(at)
+	t.Logf("CMD's group killed %v after the lost event", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("CMD was stopped %v after the loss; --grace is 1m, the reported deadline 30s away", took)
+	}
+	for _, w := range []string{`lost lock "orders" (token 7)`, "grant revoked", "SIGKILL"} {
+		if !strings.Contains(inv.stderr.String(), w) {
+			t.Errorf("stderr %q does not contain %q", inv.stderr.String(), w)
+		}
 	}
 }

@@ -452,7 +452,7 @@ func TestSupersededTryMode(t *testing.T) {
 			t.Fatalf("b's acquire while superseded: %v, want ErrSuperseded at once", err)
 		}
 		b.PodReading(PodReading{AppReady: true, At: time.Now()})
-		if _, err := a.Release(ctx, "orders"); err != nil {
+		if _, err := a.Release(ctx, "orders", 0); err != nil {
 			t.Fatal(err)
 		}
 		if st, err := b.Acquire(ctx, "orders", 0); err != nil || st.State != sidecarclient.StateHeld {

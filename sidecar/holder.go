@@ -59,12 +59,16 @@ type lockState struct {
 	yield chan yieldRequest
 	// givingUp is the lease being given up because the pod should not hold it (PodReading).
 	givingUp *lock.Lease
+	// acquiring is set while a Try-mode Acquire of the lock is in progress: a grant goes to one
+	// request only, so another one meanwhile is refused (ErrAcquiring).
+	acquiring bool
 }
 
 // yieldRequest asks the Blocking-mode hold loop to release its lease (the event says why) and
-// queue again.
+// queue again; with a token (not 0), only if it is that lease's.
 type yieldRequest struct {
 	reason string
+	token  int64
 	reply  chan error
 }
 
@@ -195,20 +199,46 @@ func (h *Holder) hold(ctx context.Context, id string) {
 			continue
 		}
 		if !h.acquired(id, lease, false) {
-			h.giveBack(id, lease)
+			h.giveBack(id, lease, "shutdown began")
 			return
 		}
-		select {
-		case <-lease.Done():
-		case req := <-yields:
+		req, ok := h.holding(ctx, id, lease, yields)
+		switch {
+		case ctx.Err() != nil:
+			return // Shutdown releases it
+		case ok:
 			// Release, then queue again at the back: the waiters ahead are granted first.
 			yielded, yieldErr = req.reply, h.release(ctx, id, lease, req.reason)
 			continue
-		case <-ctx.Done():
-			return // Shutdown releases it
 		}
 		h.ended(id, lease)
 	}
+}
+
+// holding waits while the hold loop holds lease: until it ends (false), ctx ends (false), or a
+// yield request for it comes (true). A request that names another grant's token is answered
+// ErrTokenMismatch at once and the lease kept.
+func (h *Holder) holding(ctx context.Context, id string, lease *lock.Lease, yields <-chan yieldRequest) (yieldRequest, bool) {
+	for {
+		select {
+		case <-lease.Done():
+			return yieldRequest{}, false
+		case req := <-yields:
+			if req.token != 0 && req.token != lease.Token() {
+				req.reply <- errOtherGrant(id, lease.Token(), req.token)
+				continue
+			}
+			return req, true
+		case <-ctx.Done():
+			return yieldRequest{}, false
+		}
+	}
+}
+
+// errOtherGrant is ErrTokenMismatch for a request naming token while the pod holds id with held.
+func errOtherGrant(id string, held, token int64) error {
+	return fmt.Errorf("%w: this pod holds %s with token %d, not %d; that grant is left alone (the grant with token %d ended)",
+		sidecarclient.ErrTokenMismatch, id, held, token, token)
 }
 
 // acquired records a new lease and tells subscribers; with watch it also reports the lease's end
@@ -241,13 +271,13 @@ func (h *Holder) acquired(id string, lease *lock.Lease, watch bool) bool {
 	return true
 }
 
-// giveBack releases a lease granted after Shutdown began, unreported, within the shutdown
-// timeout.
-func (h *Holder) giveBack(id string, lease *lock.Lease) {
+// giveBack releases a lease that nobody is told of (it was granted after Shutdown began, or to a
+// request that ended meanwhile), unreported, within the shutdown timeout; why says which.
+func (h *Holder) giveBack(id string, lease *lock.Lease, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.ShutdownTimeout)
 	defer cancel()
 	err := lease.Release(ctx)
-	h.log.Info("released a lock granted while shutting down", "lock", id, "token", lease.Token(), "confirmed", err == nil)
+	h.log.Info("released a lock as soon as it was granted", "lock", id, "token", lease.Token(), "why", why, "confirmed", err == nil)
 }
 
 // ended records that a lease ended on its own (lost or revoked).
@@ -399,45 +429,37 @@ func (h *Holder) statusLocked(id string) sidecarclient.LockStatus {
 	return st
 }
 
-// Acquire implements sidecarapi.Service (Try mode).
+// Acquire implements sidecarapi.Service (Try mode). A grant goes to one request only: while
+// another acquisition of the lock is in progress in the pod it answers ErrAcquiring, and while
+// the pod holds the lock ErrHeldByPod, without asking the store. The sidecar cannot tell the
+// processes of its pod apart, so a process that asks again for a grant it already has (it lost the
+// answer) is refused too; it can read the token (Lock) and release that grant.
 func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
 	if err := h.tryModeLock(id); err != nil {
 		return sidecarclient.LockStatus{}, err
-	}
-	if st, _ := h.Lock(id); st.State == sidecarclient.StateHeld {
-		return st, nil
 	}
 	leave := h.waitingContext() // before the check: a hold-back that begins after it ends this wait
 	if err := h.errHeldBack(); err != nil {
 		st, _ := h.Lock(id)
 		return st, err
 	}
-	h.mu.Lock()
-	if h.stopping {
-		h.mu.Unlock()
-		return sidecarclient.LockStatus{}, fmt.Errorf("%w: not acquiring %s", sidecarclient.ErrShuttingDown, id)
+	ending, err := h.startAcquiring(id)
+	if err != nil {
+		st, _ := h.Lock(id)
+		if errors.Is(err, sidecarclient.ErrShuttingDown) {
+			st = sidecarclient.LockStatus{}
+		}
+		return st, err
 	}
-	h.acquiring.Add(1)
-	h.mu.Unlock()
-	defer h.acquiring.Done()
+	defer h.doneAcquiring(id)
 	reqCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(h.stopAcquiring, cancel)()
 	defer context.AfterFunc(leave, cancel)() // held back meanwhile: leave the queue
-	var (
-		lease *lock.Lease
-		err   error
-	)
-	if wait <= 0 {
-		lease, err = h.locker.TryAcquire(ctx, h.opts.StoreLockID(id))
-	} else {
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		lease, err = h.locker.Acquire(wctx, h.opts.StoreLockID(id))
-		cancel()
-		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-			err = fmt.Errorf("%w: not granted within %v", lock.ErrLocked, wait)
-		}
+	var lease *lock.Lease
+	if err = h.awaitEnd(ctx, id, ending); err == nil {
+		lease, err = h.acquireLease(ctx, id, wait)
 	}
 	switch {
 	case err != nil && h.stopAcquiring.Err() != nil && reqCtx.Err() == nil:
@@ -446,48 +468,127 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 		st, _ := h.Lock(id)
 		return st, h.errHeldBack()
 	case errors.Is(err, lock.ErrAlreadyHeld):
+		// The Locker still counts an earlier grant of this pod that ended a moment ago: nothing
+		// was granted to this request.
 		st, _ := h.Lock(id)
-		return st, nil
+		return st, fmt.Errorf("%w: the pod's previous grant of %s is still ending (%w)", sidecarclient.ErrAcquiring, id, err)
 	case errors.Is(err, lock.ErrLocked):
 		st, _ := h.Lock(id)
 		return st, fmt.Errorf("%w: %w", sidecarclient.ErrLocked, err)
 	case err != nil:
 		return sidecarclient.LockStatus{}, err
 	}
+	if reqCtx.Err() != nil {
+		// The caller went away as the grant came: nobody would learn its token or release it.
+		h.giveBack(id, lease, "the request ended")
+		return sidecarclient.LockStatus{}, reqCtx.Err()
+	}
 	if !h.acquired(id, lease, true) {
-		h.giveBack(id, lease)
+		h.giveBack(id, lease, "shutdown began")
 		return sidecarclient.LockStatus{}, fmt.Errorf("%w: %s was granted as shutdown began, and released", sidecarclient.ErrShuttingDown, id)
 	}
 	st, _ := h.Lock(id)
 	return st, nil
 }
 
-// Release implements sidecarapi.Service (Try mode).
-func (h *Holder) Release(ctx context.Context, id string) (sidecarclient.LockStatus, error) {
+// startAcquiring marks a Try-mode acquisition of id as in progress, unless the holder is shutting
+// down (ErrShuttingDown), another one is (ErrAcquiring) or the pod holds id (ErrHeldByPod). It
+// returns the pod's grant of id that passed its deadline and is ending, if any. doneAcquiring
+// ends the mark.
+func (h *Holder) startAcquiring(id string) (ending *lock.Lease, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.locks[id]
+	switch {
+	case h.stopping:
+		return nil, fmt.Errorf("%w: not acquiring %s", sidecarclient.ErrShuttingDown, id)
+	case s.acquiring:
+		return nil, fmt.Errorf("%w: another request of this pod is acquiring %s", sidecarclient.ErrAcquiring, id)
+	case s.lease != nil && s.lease.Remaining() > 0:
+		return nil, fmt.Errorf("%w: %s is held with token %d", sidecarclient.ErrHeldByPod, id, s.lease.Token())
+	}
+	s.acquiring = true
+	h.acquiring.Add(1)
+	return s.lease, nil
+}
+
+// awaitEnd waits until lease, the pod's previous grant of id that passed its self-fence deadline
+// (nil: none), has ended (within a timer step of the deadline), reports its end, and lets it give
+// the record back (bounded by one lease), so that a new acquisition starts from a clean slate. It
+// returns ctx's error if ctx ends first.
+func (h *Holder) awaitEnd(ctx context.Context, id string, lease *lock.Lease) error {
+	if lease == nil {
+		return nil
+	}
+	select {
+	case <-lease.Done():
+		h.ended(id, lease)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	_ = lease.Release(ctx) // ended already: this only waits for the give-back
+	return ctx.Err()
+}
+
+// doneAcquiring ends the mark of startAcquiring.
+func (h *Holder) doneAcquiring(id string) {
+	h.mu.Lock()
+	h.locks[id].acquiring = false
+	h.mu.Unlock()
+	h.acquiring.Done()
+}
+
+// acquireLease asks the Locker for id: one try without a wait, else waiting up to wait, which
+// ends as lock.ErrLocked.
+func (h *Holder) acquireLease(ctx context.Context, id string, wait time.Duration) (*lock.Lease, error) {
+	if wait <= 0 {
+		return h.locker.TryAcquire(ctx, h.opts.StoreLockID(id))
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	lease, err := h.locker.Acquire(wctx, h.opts.StoreLockID(id))
+	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: not granted within %v", lock.ErrLocked, wait)
+	}
+	return lease, err
+}
+
+// Release implements sidecarapi.Service (Try mode): with a token (not 0) it releases only the
+// grant with that token, and answers ErrTokenMismatch while the pod holds another one.
+func (h *Holder) Release(ctx context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
 	if err := h.tryModeLock(id); err != nil {
 		return sidecarclient.LockStatus{}, err
 	}
 	h.mu.Lock()
 	lease := h.locks[id].lease
+	st := h.statusLocked(id)
 	h.mu.Unlock()
-	if lease == nil {
-		return sidecarclient.LockStatus{}, fmt.Errorf("%w: %s", sidecarclient.ErrNotHeld, id)
+	switch {
+	case lease == nil:
+		return st, fmt.Errorf("%w: %s", sidecarclient.ErrNotHeld, id)
+	case token != 0 && token != lease.Token():
+		return st, errOtherGrant(id, lease.Token(), token)
 	}
 	err := h.release(ctx, id, lease, "")
-	st, _ := h.Lock(id)
+	st, _ = h.Lock(id)
 	return st, err
 }
 
-// Yield implements sidecarapi.Service: it releases lockID and queues again behind the waiters, so
-// that the next one is granted now. In Blocking mode the sidecar takes its turn again by itself
-// and Yield answers once the lock is released; in Try mode Yield then acquires again, waiting up
-// to wait as Acquire does.
-func (h *Holder) Yield(ctx context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
-	return h.yield(ctx, id, wait, "yielded")
+// Yield implements sidecarapi.Service: it releases lockID (with a token, only the grant with that
+// token) and queues again behind the waiters, so that the next one is granted now. In Blocking
+// mode the sidecar takes its turn again by itself and Yield answers once the lock is released; in
+// Try mode Yield then acquires again, waiting up to wait as Acquire does.
+func (h *Holder) Yield(ctx context.Context, id string, token int64, wait time.Duration) (sidecarclient.LockStatus, error) {
+	return h.yieldGrant(ctx, id, token, wait, "yielded")
 }
 
-// yield is Yield with the reason the released event gives.
+// yield is Yield of whatever grant the pod holds, with the reason the released event gives.
 func (h *Holder) yield(ctx context.Context, id string, wait time.Duration, reason string) (sidecarclient.LockStatus, error) {
+	return h.yieldGrant(ctx, id, 0, wait, reason)
+}
+
+// yieldGrant is Yield with the reason the released event gives.
+func (h *Holder) yieldGrant(ctx context.Context, id string, token int64, wait time.Duration, reason string) (sidecarclient.LockStatus, error) {
 	if err := h.declared(id); err != nil {
 		return sidecarclient.LockStatus{}, err
 	}
@@ -501,6 +602,9 @@ func (h *Holder) yield(ctx context.Context, id string, wait time.Duration, reaso
 	case lease == nil:
 		st, _ := h.Lock(id)
 		return st, fmt.Errorf("%w: %s, so there is nothing to yield", sidecarclient.ErrNotHeld, id)
+	case token != 0 && token != lease.Token():
+		st, _ := h.Lock(id)
+		return st, errOtherGrant(id, lease.Token(), token)
 	}
 	if h.opts.Mode == batonv1.ModeTry {
 		if err := h.release(ctx, id, lease, reason); err != nil {
@@ -511,7 +615,7 @@ func (h *Holder) yield(ctx context.Context, id string, wait time.Duration, reaso
 	}
 	reply := make(chan error, 1)
 	select {
-	case s.yield <- yieldRequest{reason: reason, reply: reply}:
+	case s.yield <- yieldRequest{reason: reason, token: token, reply: reply}:
 	case <-lease.Done(): // lost meanwhile
 		st, _ := h.Lock(id)
 		return st, fmt.Errorf("%w: %s ended before it could be yielded", sidecarclient.ErrNotHeld, id)

@@ -169,8 +169,8 @@ func TestHolderTryMode(t *testing.T) {
 			t.Fatalf("try on a free lock: %+v %v", st, err)
 		}
 		firstToken := st.Token
-		if again, err := a.Acquire(ctx, "orders", 0); err != nil || again.Token != st.Token {
-			t.Fatalf("acquiring a held lock again should be idempotent: %+v %v", again, err)
+		if again, err := a.Acquire(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrHeldByPod) || again.Token != st.Token {
+			t.Fatalf("acquiring a lock the pod holds is refused (the grant is another request's): %+v %v", again, err)
 		}
 		if _, err := b.Acquire(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrLocked) {
 			t.Fatalf("try on a held lock: %v", err)
@@ -188,13 +188,13 @@ func TestHolderTryMode(t *testing.T) {
 			got <- st
 		}()
 		time.Sleep(time.Second)
-		if st, err := a.Release(ctx, "orders"); err != nil || st.State != sidecarclient.StateIdle {
+		if st, err := a.Release(ctx, "orders", firstToken); err != nil || st.State != sidecarclient.StateIdle {
 			t.Fatalf("release: %+v %v", st, err)
 		}
 		if st := <-got; st.Token != firstToken+1 {
 			t.Fatalf("waiter got %+v", st)
 		}
-		if _, err := a.Release(ctx, "orders"); !errors.Is(err, sidecarclient.ErrNotHeld) {
+		if _, err := a.Release(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrNotHeld) {
 			t.Fatalf("release when not held: %v", err)
 		}
 		if _, err := a.Acquire(ctx, "nope", 0); !errors.Is(err, sidecarclient.ErrUnknownLock) {
@@ -248,7 +248,7 @@ func TestHolderShutdownStopsWaitingAcquire(t *testing.T) {
 		if _, err := b.Acquire(ctx, "orders", time.Minute); !errors.Is(err, sidecarclient.ErrShuttingDown) {
 			t.Errorf("acquire after Shutdown: %v, want ErrShuttingDown", err)
 		}
-		if _, err := a.Release(ctx, "orders"); err != nil {
+		if _, err := a.Release(ctx, "orders", 0); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Second)
@@ -349,14 +349,14 @@ func TestHolderYieldBlocking(t *testing.T) {
 		first := next(t, aEvents)
 		b.Start(ctx)
 		time.Sleep(2 * time.Second) // b is queued
-		if _, err := b.Yield(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrNotHeld) {
+		if _, err := b.Yield(ctx, "orders", 0, 0); !errors.Is(err, sidecarclient.ErrNotHeld) {
 			t.Fatalf("yield by the waiter: %v, want ErrNotHeld", err)
 		}
-		if _, err := a.Yield(ctx, "nope", 0); !errors.Is(err, sidecarclient.ErrUnknownLock) {
+		if _, err := a.Yield(ctx, "nope", 0, 0); !errors.Is(err, sidecarclient.ErrUnknownLock) {
 			t.Fatalf("yield of an undeclared lock: %v", err)
 		}
 
-		st, err := a.Yield(ctx, "orders", 0)
+		st, err := a.Yield(ctx, "orders", 0, 0)
 		if err != nil || st.State != sidecarclient.StateWaiting || !strings.Contains(st.Reason, "yielded") {
 			t.Fatalf("yield: %+v, %v; want waiting, yielded", st, err)
 		}
@@ -374,7 +374,7 @@ func TestHolderYieldBlocking(t *testing.T) {
 			t.Fatalf("a after yielding: %+v, want waiting at position 1", st)
 		}
 
-		if _, err := b.Yield(ctx, "orders", 0); err != nil {
+		if _, err := b.Yield(ctx, "orders", 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		if e := next(t, aEvents); e.Type != sidecarclient.EventAcquired || e.Token != first.Token+2 {
@@ -382,7 +382,7 @@ func TestHolderYieldBlocking(t *testing.T) {
 		}
 		_ = b.Shutdown(ctx)
 		_ = a.Shutdown(ctx)
-		if _, err := a.Yield(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrShuttingDown) && !errors.Is(err, sidecarclient.ErrNotHeld) {
+		if _, err := a.Yield(ctx, "orders", 0, 0); !errors.Is(err, sidecarclient.ErrShuttingDown) && !errors.Is(err, sidecarclient.ErrNotHeld) {
 			t.Fatalf("yield after shutdown: %v", err)
 		}
 	})
@@ -414,7 +414,7 @@ func TestHolderYieldTry(t *testing.T) {
 		time.Sleep(2 * time.Second) // b is queued
 		aGot := make(chan sidecarclient.LockStatus, 1)
 		go func() {
-			st, err := a.Yield(ctx, "orders", time.Minute)
+			st, err := a.Yield(ctx, "orders", 0, time.Minute)
 			if err != nil {
 				t.Error(err)
 			}
@@ -430,7 +430,7 @@ func TestHolderYieldTry(t *testing.T) {
 			t.Fatalf("a got the lock back while b holds it: %+v", st)
 		default:
 		}
-		if _, err := b.Release(ctx, "orders"); err != nil {
+		if _, err := b.Release(ctx, "orders", 0); err != nil {
 			t.Fatal(err)
 		}
 		if st := <-aGot; st.State != sidecarclient.StateHeld || st.Token != first.Token+2 {
@@ -446,7 +446,7 @@ func TestHolderYieldTry(t *testing.T) {
 			bGot <- st
 		}()
 		time.Sleep(2 * time.Second)
-		if st, err := a.Yield(ctx, "orders", 0); !errors.Is(err, sidecarclient.ErrLocked) || st.State == sidecarclient.StateHeld {
+		if st, err := a.Yield(ctx, "orders", 0, 0); !errors.Is(err, sidecarclient.ErrLocked) || st.State == sidecarclient.StateHeld {
 			t.Fatalf("yield without a wait: %+v, %v; want ErrLocked", st, err)
 		}
 		if st := <-bGot; st.Token != first.Token+3 {

@@ -65,15 +65,25 @@ func (c *Client) Lock(ctx context.Context, lockID string) (LockStatus, error) {
 }
 
 // Acquire asks for a Try-mode lock, waiting up to wait on the server (0: try once) and no longer
-// than ctx allows. When the lock is held elsewhere it returns an *Error matching ErrLocked whose
-// Lock field has the lock's status.
+// than ctx allows. It returns without error only when it was granted the lock: state held with a
+// fencing token; use that token in every write to the protected resource and pass it to Release.
+// When the lock is held elsewhere it returns an *Error matching ErrLocked whose Lock field has
+// the lock's status; when another process of this pod is acquiring it or holds it, one matching
+// ErrAcquiring or ErrHeldByPod. A 200 answer that is not a grant (older sidecars answered so while
+// another acquisition was in progress) is an error matching ErrAcquiring, never a grant.
 func (c *Client) Acquire(ctx context.Context, lockID string, wait time.Duration) (LockStatus, error) {
 	var st LockStatus
-	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/acquire"), waitBody(wait), &st)
-	return st, err
+	if err := c.do(ctx, http.MethodPost, lockPath(lockID, "/acquire"), waitBody(wait), &st); err != nil {
+		return st, err
+	}
+	if !st.Granted() {
+		return st, fmt.Errorf("baton: acquire of lock %q answered state %q with token %d, which grants nothing (another acquisition of it in this pod, or the end of an earlier grant): %w",
+			lockID, st.State, st.Token, ErrAcquiring)
+	}
+	return st, nil
 }
 
-// waitBody is the body of a request that takes a wait: none for 0.
+// waitBody is the body of an acquire request: none for 0.
 func waitBody(wait time.Duration) any {
 	if wait == 0 {
 		return nil
@@ -81,20 +91,47 @@ func waitBody(wait time.Duration) any {
 	return AcquireRequest{Wait: new(wait.String())}
 }
 
-// Release releases a Try-mode lock this pod holds.
-func (c *Client) Release(ctx context.Context, lockID string) (LockStatus, error) {
+// tokenOf is the token field of a release or yield request: nil for 0 (any grant).
+func tokenOf(token int64) *int64 {
+	if token == 0 {
+		return nil
+	}
+	return &token
+}
+
+// Release releases the Try-mode grant of lockID with token (LockStatus.Token of the Acquire that
+// granted it). When the pod holds the lock under another grant (this one ended, and another
+// process of the pod acquired it since) the sidecar leaves it alone and Release returns an *Error
+// matching ErrTokenMismatch; when the pod holds nothing, ErrNotHeld. Token 0 releases whatever
+// grant the pod holds, whoever acquired it: only for tools that know no other process of the pod
+// uses the lock.
+func (c *Client) Release(ctx context.Context, lockID string, token int64) (LockStatus, error) {
+	var body any
+	if t := tokenOf(token); t != nil {
+		body = ReleaseRequest{Token: t}
+	}
 	var st LockStatus
-	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/release"), nil, &st)
+	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/release"), body, &st)
 	return st, err
 }
 
 // Yield steps down: the sidecar releases the lock this pod holds and queues again behind the
-// waiters, so that the next one is granted now. In Blocking mode the sidecar takes its turn again
-// by itself and the answer comes once the lock is released; in Try mode the sidecar acquires
-// again, waiting up to wait (0: one try), and answers as Acquire does.
-func (c *Client) Yield(ctx context.Context, lockID string, wait time.Duration) (LockStatus, error) {
+// waiters, so that the next one is granted now. With a token (non-zero) it yields only that
+// grant, as Release does. In Blocking mode the sidecar takes its turn again by itself and the
+// answer comes once the lock is released (state waiting); in Try mode the sidecar acquires again,
+// waiting up to wait (0: one try), and answers as Acquire does: only an answer for which
+// LockStatus.Granted holds is a new grant.
+func (c *Client) Yield(ctx context.Context, lockID string, token int64, wait time.Duration) (LockStatus, error) {
+	var body any
+	if wait != 0 || token != 0 {
+		req := YieldRequest{Token: tokenOf(token)}
+		if wait != 0 {
+			req.Wait = new(wait.String())
+		}
+		body = req
+	}
 	var st LockStatus
-	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/yield"), waitBody(wait), &st)
+	err := c.do(ctx, http.MethodPost, lockPath(lockID, "/yield"), body, &st)
 	return st, err
 }
 

@@ -10,7 +10,8 @@
 //	GET  /v1/locks                    {"locks":[LockStatus...]}, in declaration order
 //	GET  /v1/locks/{lockID}           LockStatus
 //	POST /v1/locks/{lockID}/acquire   Try mode only; optional body {"wait":"5s"} or ?wait=5s
-//	POST /v1/locks/{lockID}/release   Try mode only
+//	POST /v1/locks/{lockID}/release   Try mode only; optional body {"token":N}
+//	POST /v1/locks/{lockID}/yield     step down; optional body {"wait":"5s","token":N}
 //	GET  /v1/events                   Server-Sent Events: "acquired", "lost", "released"
 //	GET  /healthz                     liveness: the sidecar is alive and the lock store reachable
 //	GET  /readyz                      readiness: every required lock is held
@@ -18,8 +19,15 @@
 //
 // Every request the sidecar cannot serve gets a 4xx answer {"error":"...","code":"..."}
 // (ErrorBody) that says what was wrong and how to fix it; a 409 about a lock also carries that
-// lock's LockStatus fields. The Client returns such answers as *Error, which matches ErrLocked,
-// ErrNotHeld, ErrNotTryMode and ErrUnknownLock with errors.Is.
+// lock's LockStatus fields. The Client returns such answers as *Error, which matches the sentinel
+// errors (ErrLocked, ErrAcquiring, ErrHeldByPod, ErrTokenMismatch, ErrNotHeld, ...) with
+// errors.Is.
+//
+// A Try-mode grant belongs to the one request that got it: an acquire answers 200 only with the
+// lock (state held and its token, LockStatus.Granted), and 409 acquiring or held_by_pod to every
+// other process of the pod meanwhile; the sidecar cannot tell them apart. Release and yield take
+// the grant's token, so that a process whose grant ended cannot release the next one (409
+// token_mismatch); without a token they act on whatever grant the pod holds.
 //
 // What the API does not guarantee: a "held" answer is the sidecar's belief at the moment it
 // answered and may be stale by the time the app acts on it (a paused app can outlive its lease).

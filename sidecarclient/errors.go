@@ -6,7 +6,7 @@ import (
 )
 
 // Error is an error answer from the API as a Client sees it. Use errors.As to get it, or
-// errors.Is with ErrUnknownLock, ErrNotTryMode, ErrNotHeld or ErrLocked.
+// errors.Is with the sentinel errors (ErrLocked, ErrAcquiring, ErrHeldByPod, ErrNotHeld, ...).
 type Error struct {
 	// Status is the HTTP status code.
 	Status int
@@ -43,6 +43,9 @@ const (
 	CodeAppNotReady      = "app_not_ready"
 	CodeSuperseded       = "superseded"
 	CodeShuttingDown     = "shutting_down"
+	CodeAcquiring        = "acquiring"
+	CodeHeldByPod        = "held_by_pod"
+	CodeTokenMismatch    = "token_mismatch"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 )
@@ -64,6 +67,12 @@ func sentinelFor(code string) error {
 		return ErrSuperseded
 	case CodeShuttingDown:
 		return ErrShuttingDown
+	case CodeAcquiring:
+		return ErrAcquiring
+	case CodeHeldByPod:
+		return ErrHeldByPod
+	case CodeTokenMismatch:
+		return ErrTokenMismatch
 	}
 	return nil
 }

@@ -37,6 +37,10 @@ type LockStatus struct {
 	HeldSince time.Time `json:"heldSince,omitzero"`
 }
 
+// Granted reports whether the status hands its reader the lock: state held with a fencing token.
+// Act as the holder only on an acquire (or Try-mode yield) answer for which it is true.
+func (s LockStatus) Granted() bool { return s.State == StateHeld && s.Token > 0 }
+
 // EventType names a push notice on the event stream; it is the SSE event name.
 type EventType string
 
@@ -74,6 +78,19 @@ var (
 	ErrSuperseded = errors.New("baton: the pod is superseded by a newer revision") // 409
 	// ErrShuttingDown: the sidecar got SIGTERM; it acquires nothing more and releases what it holds.
 	ErrShuttingDown = errors.New("baton: sidecar is shutting down") // 503
+	// ErrAcquiring: another acquisition of the lock is in progress in this pod (another process
+	// asked first and is still waiting, or the pod's previous grant is still being cleaned up).
+	// Nothing was granted to this request; ask again later.
+	ErrAcquiring = errors.New("baton: another acquisition of the lock is in progress in this pod") // 409
+	// ErrHeldByPod: the pod already holds the lock for the process that acquired it. The sidecar
+	// cannot tell processes apart, so it grants a held lock to nobody else: two processes never
+	// both act as its holder. A process that knows the grant is its own dead predecessor's may
+	// release it with the token (LockStatus.Token) and acquire again.
+	ErrHeldByPod = errors.New("baton: the lock is already held by this pod") // 409
+	// ErrTokenMismatch: a release or yield named a token that is not the pod's current grant of
+	// the lock: the caller's grant ended, and the lock now belongs to another grant, which is
+	// left alone.
+	ErrTokenMismatch = errors.New("baton: the token is not this pod's current grant of the lock") // 409
 )
 
 // SocketPath is where the sidecar serves the API by default, in the volume it shares with the app;
@@ -85,7 +102,8 @@ const EnvSocket = "BATON_SOCKET"
 
 // Protocol details shared by the sidecar's handler and the Client.
 const (
-	// LocksPath prefixes the routes of one lock: LocksPath + lockID, + "/acquire", + "/release".
+	// LocksPath prefixes the routes of one lock: LocksPath + lockID, + "/acquire", + "/release",
+	// + "/yield".
 	LocksPath = "/v1/locks/"
 	// MaxBodyBytes bounds request and error bodies; larger requests get 413.
 	MaxBodyBytes = 1 << 20
@@ -95,4 +113,20 @@ const (
 type AcquireRequest struct {
 	// Wait is a Go duration string such as "5s"; absent or "0s" means try once.
 	Wait *string `json:"wait"`
+}
+
+// ReleaseRequest is the optional body of POST /v1/locks/{lockID}/release.
+type ReleaseRequest struct {
+	// Token is the fencing token of the grant to release (LockStatus.Token of the acquire
+	// answer). With it the sidecar releases only that grant and answers 409 token_mismatch when
+	// the pod holds another one; without it, whatever grant the pod holds.
+	Token *int64 `json:"token,omitempty"`
+}
+
+// YieldRequest is the optional body of POST /v1/locks/{lockID}/yield.
+type YieldRequest struct {
+	// Wait is as in AcquireRequest (Try mode: how long to wait to be granted the lock again).
+	Wait *string `json:"wait,omitempty"`
+	// Token is as in ReleaseRequest: yield only that grant.
+	Token *int64 `json:"token,omitempty"`
 }

@@ -30,7 +30,7 @@ func TestSidecarsYield(t *testing.T) {
 	}
 
 	yieldAt := time.Now()
-	st, err := a.client.Yield(context.Background(), "orders", 0)
+	st, err := a.client.Yield(context.Background(), "orders", held.Token, 0)
 	if err != nil || st.State != sidecarclient.StateWaiting || !strings.Contains(st.Reason, "yielded") {
 		t.Fatalf("yield: %+v, %v; want waiting after yielding", st, err)
 	}
@@ -50,13 +50,13 @@ func TestSidecarsYield(t *testing.T) {
 		return err == nil && st.State == sidecarclient.StateWaiting && st.QueuePosition == 1
 	})
 
-	if _, err := b.client.Yield(context.Background(), "orders", 0); err != nil {
+	if _, err := b.client.Yield(context.Background(), "orders", e.Token, 0); err != nil {
 		t.Fatal(err)
 	}
 	if e2 := nextEvent(t, aEvents, 5*time.Second); e2.Type != sidecarclient.EventAcquired || e2.Token <= e.Token {
 		t.Fatalf("a after b yielded: %+v", e2)
 	}
-	if _, err := b.client.Yield(context.Background(), "orders", 0); err == nil || !strings.Contains(err.Error(), "not held") {
+	if _, err := b.client.Yield(context.Background(), "orders", 0, 0); err == nil || !strings.Contains(err.Error(), "not held") {
 		t.Fatalf("yield by a waiter: %v, want not held", err)
 	}
 }

@@ -1,6 +1,7 @@
 // Command go is the Go example of fenced writes under a baton lock: it follows the sidecar's event
-// stream, acquires the lock (Try mode), sends its write with its fencing token to an HTTP resource
-// that rejects tokens lower than the highest it has accepted (409), and releases the lock. A writer
+// stream, acquires the lock (Try mode; only an answer with state held and a token is a grant),
+// sends its write with its fencing token to an HTTP resource that rejects tokens lower than the
+// highest it has accepted (409), and releases its grant by its token. A writer
 // whose lease ran out while it was paused therefore cannot overwrite the next holder's work.
 //
 // Environment: BATON_SOCKET and BATON_LOCKS (set by the injecting webhook; the first lock is
@@ -70,11 +71,18 @@ func run(ctx context.Context) error {
 		}
 	}()
 
+	// Acquire returns without error only with a grant: state held and a fencing token. Another
+	// process of this pod acquiring or holding the lock is an error (ErrAcquiring, ErrHeldByPod).
 	st, err := client.Acquire(ctx, lockID, wait)
 	if err != nil {
 		return fmt.Errorf("acquiring %s: %w", lockID, err)
 	}
-	defer func() { _, _ = client.Release(context.WithoutCancel(ctx), lockID) }()
+	if !st.Granted() { // Acquire checks it; an app that speaks HTTP itself must too
+		return fmt.Errorf("acquiring %s: not granted: %+v", lockID, st)
+	}
+	// Release this grant only, by its token: if it ended and another process of the pod was
+	// granted the lock since, the sidecar leaves that grant alone.
+	defer func() { _, _ = client.Release(context.WithoutCancel(ctx), lockID, st.Token) }()
 	mu.Lock()
 	held := !lost[st.Token]
 	mu.Unlock()

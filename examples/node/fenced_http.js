@@ -2,9 +2,10 @@
 // Fenced writes to an HTTP resource under a baton lock, with Node's standard library only.
 //
 // The app talks to its baton sidecar over the unix socket in BATON_SOCKET: it follows the event
-// stream (GET /v1/events), acquires the lock (POST /v1/locks/{id}/acquire, Try mode), sends its
-// write with its fencing token to a resource that rejects tokens lower than the highest it has
-// accepted (409), and releases the lock. So a writer whose lease ran out while it was paused cannot
+// stream (GET /v1/events), acquires the lock (POST /v1/locks/{id}/acquire, Try mode; only a 200
+// with state "held" and a token is a grant), sends its write with its fencing token to a resource
+// that rejects tokens lower than the highest it has accepted (409), and releases its grant by its
+// token (POST /v1/locks/{id}/release {"token": N}). So a writer whose lease ran out while it was paused cannot
 // overwrite the next holder's work (the README's safety model).
 //
 // Environment:
@@ -108,10 +109,12 @@ async function main() {
     if (ev.type === 'lost' && ev.lockId === lockId) lost.add(ev.token); // stop writing at once
   });
   const got = await sidecar('POST', `/v1/locks/${encodeURIComponent(lockId)}/acquire`, { wait });
-  if (got.status !== 200 || got.body.state !== 'held') {
+  // Only a 200 with state "held" and a token grants the lock. A 409 "acquiring" or "held_by_pod"
+  // means another process of this pod is getting or holds it: not ours.
+  const token = got.body.token;
+  if (got.status !== 200 || got.body.state !== 'held' || !Number.isSafeInteger(token) || token <= 0) {
     throw new Error(`not granted: ${got.status} ${JSON.stringify(got.body)}`);
   }
-  const token = got.body.token;
   let written = false;
   let stale = false;
   try {
@@ -119,7 +122,9 @@ async function main() {
     // A writer with an older token (a paused earlier holder) is turned away by the resource.
     stale = await fencedWrite(token - 1, 'stale');
   } finally {
-    await sidecar('POST', `/v1/locks/${encodeURIComponent(lockId)}/release`);
+    // Release this grant only: if it ended and another process of the pod was granted the lock
+    // since, the sidecar answers 409 "token_mismatch" and leaves that grant alone.
+    await sidecar('POST', `/v1/locks/${encodeURIComponent(lockId)}/release`, { token });
     stream.destroy();
   }
   console.log(JSON.stringify({ lock: lockId, token, written, staleAccepted: stale }));

@@ -2,8 +2,9 @@
 """Fenced writes to SQLite under a baton lock, with the Python standard library only.
 
 The app talks to its baton sidecar over the unix socket in BATON_SOCKET: it follows the event
-stream (GET /v1/events), acquires the lock (POST /v1/locks/{id}/acquire, Try mode), writes to a
-SQLite table with its fencing token in the WHERE clause, and releases the lock. The database
+stream (GET /v1/events), acquires the lock (POST /v1/locks/{id}/acquire, Try mode; only a 200 with
+state "held" and a token is a grant), writes to a SQLite table with its fencing token in the WHERE
+clause, and releases its grant by its token (POST /v1/locks/{id}/release {"token": N}). The database
 rejects a write whose token is lower than the last one it accepted, so a writer whose lease
 ran out while it was paused cannot overwrite the next holder's work (the README's safety model).
 
@@ -116,15 +117,19 @@ def main():
 
     events = Events(sock_path, lock_id)  # subscribe first, then acquire
     status, st = call(sock_path, "POST", f"/v1/locks/{lock_id}/acquire", {"wait": wait})
-    if status != 200 or st.get("state") != "held":
+    # Only a 200 with state "held" and a token grants the lock. A 409 "acquiring" or "held_by_pod"
+    # means another process of this pod is getting or holds it: not ours.
+    token = st.get("token")
+    if status != 200 or st.get("state") != "held" or not isinstance(token, int) or token <= 0:
         sys.exit(f"not granted: {status} {st}")
-    token = st["token"]
     try:
         written = events.still_held(token) and fenced_write(db, "report", f"written by python with token {token}", token)
         # A writer with an older token (a paused earlier holder) is turned away by the database.
         stale = fenced_write(db, "report", "stale", token - 1)
     finally:
-        call(sock_path, "POST", f"/v1/locks/{lock_id}/release")
+        # Release this grant only: if it ended and another process of the pod was granted the
+        # lock since, the sidecar answers 409 "token_mismatch" and leaves that grant alone.
+        call(sock_path, "POST", f"/v1/locks/{lock_id}/release", {"token": token})
     print(json.dumps({"lock": lock_id, "token": token, "written": written, "staleAccepted": stale}))
 
 

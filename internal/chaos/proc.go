@@ -360,13 +360,13 @@ func (p *proc) cycle(ctx context.Context, client *sidecarclient.Client) {
 		if yield {
 			var got sidecarclient.LockStatus
 			start := time.Now()
-			got, err = client.Yield(ctx, cfg.Lock, 3*cfg.Lease)
+			got, err = client.Yield(ctx, cfg.Lock, st.Token, 3*cfg.Lease)
 			p.run.addWait(Wait{Process: p.name, Start: start, End: time.Now()})
 			if err == nil && got.State == sidecarclient.StateHeld && !got.HeldSince.IsZero() && got.Token != st.Token {
 				again = &got
 			}
 		} else {
-			_, err = client.Release(ctx, cfg.Lock)
+			_, err = client.Release(ctx, cfg.Lock, st.Token)
 		}
 		// Released either way; a yield that ends in ErrShuttingDown released first, or the
 		// shutdown releases. (The released event may have come before the app subscribed again.)

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/baton-dev/baton/lock"
+	"k8s.io/utils/clock"
 )
 
 // signalRouter delivers the signals baton receives: to CMD while one runs, else as cancellation
@@ -60,9 +60,10 @@ type childSpec struct {
 	argv  []string
 	env   []string // added to the process environment, overriding
 	grace time.Duration
-	// deadline, when set (direct mode), returns the lease's self-fence deadline: CMD's whole
-	// process group is killed by then, and told to stop termLead before it while no renewal moves
-	// it (see deadlineLeads).
+	// deadline, when set, returns the lease's self-fence deadline on the wall clock, derived at
+	// the call from a clock that counts suspended time (lock.Lease.Deadline, knownDeadline.get),
+	// so that time.Until of it is the time really left: CMD's whole process group is killed by
+	// then, and told to stop termLead before it while no renewal moves it (see deadlineLeads).
 	deadline func() time.Time
 	termLead time.Duration
 	killLead time.Duration
@@ -78,20 +79,24 @@ func deadlineLeads(grace, lease time.Duration) (term, kill time.Duration) {
 // childResult is how CMD ended.
 type childResult struct {
 	code     int       // exit code to pass on (128+N when killed by signal N)
-	lost     error     // non-nil when CMD was stopped because the lock was lost
-	stopped  bool      // CMD was stopped by baton (lock lost or at risk, or ctx ended)
-	killed   bool      // it needed SIGKILL
+	lost     error     // non-nil when CMD was killed because the lock was lost
+	stopped  bool      // CMD was told to stop with SIGTERM (lock at risk, or ctx ended)
+	killed   bool      // it got SIGKILL (at once after a loss or past the deadline, else after SIGTERM)
 	atRisk   bool      // stopped because no renewal came before the lease's deadline drew near
 	killedAt time.Time // when the process group got SIGKILL
 	deadline time.Time // the lease's deadline then (direct mode)
 }
 
 // supervise runs CMD in a process group of its own until it exits (what it left running in the
-// group is killed then), the lock is lost (a value on lost, or lost closing) or ctx ends. In the last two cases CMD's group gets SIGTERM and, if CMD
-// still runs after the grace period, SIGKILL. With spec.deadline the group is also told to stop
-// when the lease's deadline draws near without a renewal, and is killed by the deadline whatever
-// the grace period: nothing CMD started still runs when another owner could be granted the lock.
-// Signals baton receives meanwhile are forwarded to CMD's group.
+// group is killed then), the lock is lost (a value on lost, or lost closing) or ctx ends. A lost
+// lock kills the group at once: another owner may hold the lock already (the sidecar released it,
+// or its record names another), and baton cannot tell. When ctx ends the group gets SIGTERM and,
+// if CMD still runs after the grace period, SIGKILL. With spec.deadline the group is also told to
+// stop when the lease's deadline draws near without a renewal, and is killed by the deadline
+// whatever the grace period: nothing CMD started still runs when another owner could be granted
+// the lock. The timers run on p.clock, which counts suspended time, so a deadline that passed
+// while the machine was suspended is acted on within a timer step of the resume. Signals baton
+// receives meanwhile are forwarded to CMD's group.
 func (p *program) supervise(ctx context.Context, spec childSpec, lost <-chan error) (childResult, error) {
 	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.stdin, p.stdout, p.stderr
@@ -120,11 +125,19 @@ func (p *program) supervise(ctx context.Context, spec childSpec, lost <-chan err
 
 	var res childResult
 	signalGroup := func(sig syscall.Signal) { _ = syscall.Kill(-group, sig) } // fails only when all of it exited
-	kill := func() {
+	killed := func() (childResult, error) {
 		res.killed, res.killedAt = true, time.Now()
 		signalGroup(syscall.SIGKILL)
+		<-done
+		res.code = exitCode(cmd.ProcessState)
+		return res, nil
 	}
-	var killAt <-chan time.Time // the grace period, once CMD was told to stop
+	var killAt clock.Timer // the grace period, once CMD was told to stop
+	defer func() {
+		if killAt != nil {
+			killAt.Stop()
+		}
+	}()
 	cancelled := ctx.Done()
 	stop := func(grace time.Duration) {
 		if res.stopped {
@@ -132,31 +145,36 @@ func (p *program) supervise(ctx context.Context, spec childSpec, lost <-chan err
 		}
 		res.stopped = true
 		signalGroup(syscall.SIGTERM)
-		t := time.NewTimer(grace)
-		killAt = t.C
+		killAt = p.clock.NewTimer(grace)
 	}
 	for {
 		// Wake for the deadline's leads, if any: SIGTERM termLead before, SIGKILL killLead before.
-		var wake <-chan time.Time
+		var wake clock.Timer
 		if spec.deadline != nil {
 			res.deadline = spec.deadline()
 			left := time.Until(res.deadline)
 			switch {
 			case left <= spec.killLead:
-				kill()
-				<-done
-				res.code = exitCode(cmd.ProcessState)
-				return res, nil
+				res.atRisk = res.atRisk || !res.stopped
+				return killed()
 			case left <= spec.termLead:
 				res.atRisk = res.atRisk || !res.stopped
 				stop(left - spec.killLead)
-				wake = time.After(left - spec.killLead)
+				wake = p.clock.NewTimer(left - spec.killLead)
 			default:
-				wake = time.After(left - spec.termLead)
+				wake = p.clock.NewTimer(left - spec.termLead)
 			}
+		}
+		var woken, graceOver <-chan time.Time
+		if wake != nil {
+			woken = wake.C()
+		}
+		if killAt != nil {
+			graceOver = killAt.C()
 		}
 		select {
 		case <-done:
+			stopTimer(wake)
 			res.code = exitCode(cmd.ProcessState)
 			// What CMD left running in its group must not outlive the lock.
 			if syscall.Kill(-group, 0) == nil {
@@ -165,28 +183,31 @@ func (p *program) supervise(ctx context.Context, spec childSpec, lost <-chan err
 			}
 			return res, nil
 		case err, ok := <-lost:
+			stopTimer(wake)
 			if !ok || err == nil {
 				err = errors.New("lock lost")
 			}
 			res.lost = err
-			lost = nil
-			if errors.Is(err, lock.ErrOwnershipLost) { // another owner holds it already
-				kill()
-				<-done
-				res.code = exitCode(cmd.ProcessState)
-				return res, nil
+			if spec.deadline != nil {
+				res.deadline = spec.deadline()
 			}
-			stop(spec.grace) // and the deadline still bounds it
+			return killed()
 		case <-cancelled:
 			cancelled = nil
 			stop(spec.grace)
-		case <-killAt:
-			kill()
-			<-done
-			res.code = exitCode(cmd.ProcessState)
-			return res, nil
-		case <-wake:
+		case <-graceOver:
+			stopTimer(wake)
+			return killed()
+		case <-woken:
 		}
+		stopTimer(wake)
+	}
+}
+
+// stopTimer stops t unless it is nil.
+func stopTimer(t clock.Timer) {
+	if t != nil {
+		t.Stop()
 	}
 }
 
@@ -218,14 +239,17 @@ func mergeEnv(base, extra []string) []string {
 	return append(out, extra...)
 }
 
-// stopMessage says how CMD was stopped, and when (the lease's deadline too, in direct mode).
+// stopMessage says how CMD was stopped, and when (and the lease's deadline, when known).
 func stopMessage(argv0 string, res childResult) string {
 	deadline := ""
 	if !res.deadline.IsZero() {
 		deadline = "; the lease's deadline was " + stamp(res.deadline)
 	}
-	if res.killed {
+	switch {
+	case res.killed && res.stopped:
 		return fmt.Sprintf("sent SIGTERM to %s's process group and SIGKILL at %s%s", argv0, stamp(res.killedAt), deadline)
+	case res.killed:
+		return fmt.Sprintf("killed %s's process group at once: SIGKILL at %s%s", argv0, stamp(res.killedAt), deadline)
 	}
 	return fmt.Sprintf("sent SIGTERM to %s's process group; %s exited with code %d%s", argv0, argv0, res.code, deadline)
 }

@@ -10,7 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/suspendclock"
 )
 
 // Exit codes of the baton CLI.
@@ -45,7 +48,7 @@ const (
 // Main runs the baton CLI with args (without the program name) and returns the exit code. env
 // reads environment variables (os.Getenv); CMD started by run inherits the process environment
 // (os.Environ) plus BATON_TOKEN and BATON_LOCK. Cancelling ctx stops waiting, and stops a running
-// CMD as a lost lock would (SIGTERM, then SIGKILL after --grace). Main never calls os.Exit.
+// CMD (SIGTERM, then SIGKILL after --grace). Main never calls os.Exit.
 func Main(ctx context.Context, args []string, env func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return MainWithSignals(ctx, nil, args, env, stdin, stdout, stderr)
 }
@@ -68,6 +71,9 @@ type program struct {
 	poll           time.Duration // fallback re-read of the sidecar's state
 	pid            int           // in the owner identity host/<hostname>/<pid>/<random> (direct mode)
 	signals        *signalRouter
+	// clock bounds CMD by the lease's deadline: it counts the time the machine was suspended, as
+	// the lease's own clock does (suspendclock.New; tests set their own).
+	clock clock.WithDelayedExecution
 }
 
 func newProgram(env func(string) string, stdin io.Reader, stdout, stderr io.Writer) *program {
@@ -80,7 +86,8 @@ func newProgram(env func(string) string, stdin io.Reader, stdout, stderr io.Writ
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	return &program{env: env, stdin: stdin, stdout: stdout, stderr: stderr, poll: defaultPoll, pid: os.Getpid()}
+	return &program{env: env, stdin: stdin, stdout: stdout, stderr: stderr, poll: defaultPoll, pid: os.Getpid(),
+		clock: suspendclock.New()}
 }
 
 func (p *program) main(ctx context.Context, sigs <-chan os.Signal, args []string) int {
@@ -190,7 +197,7 @@ Usage:
   baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
   baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
                [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
-  baton yield  [--socket PATH] [--lock ID] [--wait 0]
+  baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
   baton help [COMMAND]
 
 In a pod annotated with baton.dev/lock, status, wait, run and yield talk to the baton sidecar over its
@@ -223,19 +230,21 @@ Flags:
   --timeout DUR     how long to wait, e.g. 30s or 5m; 0 checks once (default 5m)
 `,
 	"run": runUsage(),
-	"yield": `Usage: baton yield [--socket PATH] [--lock ID] [--wait DUR]
+	"yield": `Usage: baton yield [--socket PATH] [--lock ID] [--wait DUR] [--token N]
 
 Steps down: the sidecar releases the lock and queues again behind the pods waiting for it, so the
 next one is granted now. In Blocking mode the sidecar takes its turn again by itself (the pod is
 not ready meanwhile); in Try mode it acquires again, waiting up to --wait. Prints the lock's state
 after, e.g. "orders waiting (yielded: queueing again behind the waiters)" or "orders token 9".
-Exits 0, 1 when the pod does not hold the lock, 75 in Try mode when it is not granted again
-within --wait.
+Exits 0, 1 when the pod does not hold the lock (with --token: not that grant), 75 in Try mode
+when it is not granted again within --wait.
 
 Flags:
   --socket PATH   ` + socketUsage + `
   --lock ID       the lock to yield (default: the only declared lock)
   --wait DUR      Try mode: how long to wait to get the lock back; 0 tries once (default 0)
+  --token N       yield only the grant with this fencing token, e.g. $BATON_TOKEN; another grant
+                  of the pod (this one ended) is left alone (default: whatever grant it holds)
 `,
 }
 
@@ -248,28 +257,36 @@ func runUsage() string {
 Runs CMD while holding a lock, with BATON_TOKEN=<fencing token> and BATON_LOCK=<lock ID> added to
 its environment. Stdin, stdout and stderr are passed through, SIGINT and SIGTERM are forwarded.
 CMD runs in a process group of its own; what it leaves running there when it exits is killed
-before the lock is given back. If the lock is lost while CMD runs, the group gets SIGTERM, then
-SIGKILL after --grace, and baton exits 75. Otherwise baton releases the lock (if it
-acquired it) and exits with CMD's exit code.
+before the lock is given back. If the lock is lost while CMD runs, the group gets SIGKILL at once
+(another owner may hold the lock already) and baton exits 75. Otherwise baton releases the lock
+(if it acquired it) and exits with CMD's exit code.
+
+The lease's deadline bounds CMD: when no renewal came and the deadline is min(--grace, lease/4)
+away, the group gets SIGTERM, and it gets SIGKILL just before the deadline, whatever --grace says,
+so that nothing CMD started runs once another owner could be granted the lock. The deadline is
+measured on a clock that counts the time the machine was suspended (CLOCK_BOOTTIME), as the
+lease's own; the error then says when the group was killed and when the deadline was.
 
 With a sidecar (the default): a Try-mode lock is acquired through the sidecar's API, waiting up to
---wait; a Blocking-mode lock is waited for until the sidecar holds it.
+--wait, and CMD runs only when the answer grants it (state held, with a fencing token); another
+process of the pod acquiring or holding the lock is exit 75. At the end baton releases its own
+grant only, by its token. A Blocking-mode lock is waited for until the sidecar holds it. The
+deadline is the one the sidecar last reported.
 
 Without Kubernetes (--cassandra-hosts given): baton takes the lock in Cassandra itself as owner
 host/<hostname>/<pid>/<random>, like flock(1) for a cluster. --lock is required, --wait defaults to 0 (try
 once: exit 75 if the lock is held). It connects as the sidecar does, with the same settings: TLS,
 a user name and password from files, a local data centre, the consistency levels and a check of
-the cluster's name. The lease's deadline bounds CMD: when no renewal came and the deadline is
-min(--grace, lease/4) away, the group gets SIGTERM, and it gets SIGKILL just before the deadline,
-whatever --grace says, so that nothing CMD started runs once another owner could be granted the
-lock. The error then says when the group was killed and when the deadline was.
+the cluster's name.
 
 Flags:
   --socket PATH            ` + socketUsage + `
   --lock ID                the lock to hold (with a sidecar: default the only declared lock)
   --wait DUR               how long to wait for the lock; 0 tries once (default 5m with a sidecar,
                            0 with --cassandra-hosts)
-  --grace DUR              time between SIGTERM and SIGKILL when the lock is lost (default 10s)
+  --grace DUR              how long CMD may take to stop after SIGTERM: when renewals stop it
+                           gets SIGTERM min(--grace, lease/4) before the deadline; a lost lock
+                           kills at once (default 10s)
 
 Without a sidecar:
   --lease DUR              lease duration in Cassandra; failover after a crash takes about one lease

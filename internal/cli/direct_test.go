@@ -218,8 +218,9 @@ func TestDirectRunCassandraSettings(t *testing.T) {
 
 // TestDirectRunKillsTheChildsGroupByTheDeadline: CMD ignores SIGTERM and leaves a grandchild
 // behind that ignores it too. When the grant is revoked, baton does not wait out --grace (10 s,
-// longer than the lease): it kills CMD's whole process group by the lease's deadline, before
-// another owner could be granted the lock, and says when (issue 13).
+// longer than the lease): it kills CMD's whole process group at once when the lease reports the
+// loss, before the lease's deadline and so before another owner could be granted the lock, and
+// says when (issue 13; at once, as through a sidecar, since issue 22).
 func TestDirectRunKillsTheChildsGroupByTheDeadline(t *testing.T) {
 	lockID := fmt.Sprintf("cli-deadline-%d", time.Now().UnixNano())
 	inv := start(t, &invocation{pid: 2101, args: directArgs(t, lockID, "--grace", "10s", "--",
@@ -246,6 +247,9 @@ func TestDirectRunKillsTheChildsGroupByTheDeadline(t *testing.T) {
 		t.Errorf("CMD's group was stopped %v after the revocation: the lease (3s) bounds it, not --grace (10s)", took)
 	}
 	eventually(t, 10*time.Second, func() bool { return !running(grandchild) }, "the grandchild to be gone")
+	if !strings.Contains(inv.stderr.String(), "process group at once") {
+		t.Errorf("stderr does not say the group was killed at once on the loss: %s", inv.stderr.String())
+	}
 	m := regexp.MustCompile(`SIGKILL at (\S+); the lease's deadline was (\S+)`).FindStringSubmatch(inv.stderr.String())
 	if m == nil {
 		t.Fatalf("stderr does not say when the group was killed and when the deadline was: %s", inv.stderr.String())

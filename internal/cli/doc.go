@@ -11,8 +11,8 @@
 // status and wait talk to the sidecar of the pod (package sidecarclient). run either uses the
 // sidecar or, given Cassandra contact points, takes the lock itself like flock(1) does for a
 // file: it holds the lock while CMD runs, hands CMD its fencing token in BATON_TOKEN and the lock
-// ID in BATON_LOCK, and stops CMD (SIGTERM, then SIGKILL after a grace period) when the lock is
-// lost. Without a sidecar it reads the sidecar's own Cassandra settings (package cassandraflags:
+// ID in BATON_LOCK, and kills CMD's process group at once when the lock is lost, and by the
+// lease's deadline (on a clock that counts suspended time) when no renewal came. Without a sidecar it reads the sidecar's own Cassandra settings (package cassandraflags:
 // contact points, keyspace, local data centre, consistencies, credential and TLS files, server and
 // cluster names), each a flag or its BATON_CASSANDRA_* variable.
 //
@@ -22,9 +22,9 @@
 // was not found, 126 when it could not be started). 128+N also when baton itself got signal N
 // before CMD started.
 //
-// What it does not guarantee: CMD is told about a lost lock by a signal, which it may ignore or
-// receive late; baton's own loss notice comes from the sidecar (or the lease's self-fencing)
-// before anyone else can be granted the lock, but a paused or slow CMD can still act after that.
+// What it does not guarantee: CMD is stopped by signals, which arrive late to a paused process;
+// baton's own loss notice comes from the sidecar (or the lease's self-fencing) before anyone else
+// can be granted the lock, but a paused or slow CMD can still act after that.
 // Pass BATON_TOKEN to the resource you protect and have it reject tokens lower than the highest
 // it has seen (fencing). "baton wait" reports that the locks were held when it returned, not that
 // they still are.

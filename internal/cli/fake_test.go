@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
@@ -27,8 +29,8 @@ type fakeService struct {
 	locks   func() []sidecarclient.LockStatus
 	lock    func(lockID string) (sidecarclient.LockStatus, bool)
 	acquire func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
-	release func(ctx context.Context, lockID string) (sidecarclient.LockStatus, error)
-	yield   func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
+	release func(ctx context.Context, lockID string, token int64) (sidecarclient.LockStatus, error)
+	yield   func(ctx context.Context, lockID string, token int64, wait time.Duration) (sidecarclient.LockStatus, error)
 	events  bool
 
 	mu    sync.Mutex
@@ -77,18 +79,18 @@ func (f *fakeService) Acquire(ctx context.Context, lockID string, wait time.Dura
 	return f.acquire(ctx, lockID, wait)
 }
 
-func (f *fakeService) Yield(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error) {
+func (f *fakeService) Yield(ctx context.Context, lockID string, token int64, wait time.Duration) (sidecarclient.LockStatus, error) {
 	if !f.record("Yield "+lockID, f.yield != nil) {
 		return sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock
 	}
-	return f.yield(ctx, lockID, wait)
+	return f.yield(ctx, lockID, token, wait)
 }
 
-func (f *fakeService) Release(ctx context.Context, lockID string) (sidecarclient.LockStatus, error) {
+func (f *fakeService) Release(ctx context.Context, lockID string, token int64) (sidecarclient.LockStatus, error) {
 	if !f.record("Release "+lockID, f.release != nil) {
 		return sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock
 	}
-	return f.release(ctx, lockID)
+	return f.release(ctx, lockID, token)
 }
 
 func (f *fakeService) Subscribe() (<-chan sidecarclient.Event, func()) {
@@ -174,6 +176,13 @@ func (f *fakeService) staticLocks(ls ...sidecarclient.LockStatus) {
 // serve serves svc's API on a unix socket until the test ends and returns the socket path.
 func serve(t *testing.T, svc sidecarapi.Service) string {
 	t.Helper()
+	return serveWrapped(t, svc, nil)
+}
+
+// serveWrapped is serve with the API handler wrapped by wrap (nil: none), e.g. to answer one
+// route as an older sidecar did.
+func serveWrapped(t *testing.T, svc sidecarapi.Service, wrap func(http.Handler) http.Handler) string {
+	t.Helper()
 	dir := t.TempDir()
 	if len(dir) > 80 { // unix socket paths are limited to about 108 bytes
 		var err error
@@ -186,6 +195,9 @@ func serve(t *testing.T, svc sidecarapi.Service) string {
 	h, err := sidecarapi.NewHandler(svc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		h = wrap(h)
 	}
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -212,6 +224,7 @@ type invocation struct {
 	sigs  <-chan os.Signal
 	poll  time.Duration // 0: an hour, so only events drive the sidecar commands
 	pid   int
+	clock clock.WithDelayedExecution // nil: the system's suspend-aware clock
 
 	stdout, stderr testenv.SyncBuffer
 	code           int
@@ -229,6 +242,9 @@ func start(t *testing.T, inv *invocation) *invocation {
 	}
 	if inv.pid != 0 {
 		p.pid = inv.pid
+	}
+	if inv.clock != nil {
+		p.clock = inv.clock
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	inv.done = make(chan struct{})

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/baton-dev/baton/internal/cassandraflags"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
@@ -139,14 +141,23 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 		id = only
 	}
 
-	// 1. Try mode: ask the sidecar for the lock. Blocking mode answers ErrNotTryMode: the sidecar
-	//    acquires by itself, so wait until it holds the lock.
+	// 1. Try mode: ask the sidecar for the lock; only an answer that grants it (state held, a
+	//    token) counts. Blocking mode answers ErrNotTryMode: the sidecar acquires by itself, so
+	//    wait until it holds the lock.
 	acquired := false
 	status, err := c.Acquire(ctx, id, o.wait)
 	var ae *sidecarclient.Error
 	switch {
-	case err == nil:
+	case err == nil && status.Granted():
 		acquired = true
+	case err == nil:
+		return ExitTempFail, fmt.Errorf("lock %q not granted: the sidecar answered %s; not running %s", id, describe(status), o.argv[0])
+	case errors.Is(err, sidecarclient.ErrAcquiring):
+		return ExitTempFail, fmt.Errorf("lock %q not granted: another acquisition of it is in progress in this pod (another process asked first); not running %s (retry later): %w",
+			id, o.argv[0], err)
+	case errors.Is(err, sidecarclient.ErrHeldByPod):
+		return ExitTempFail, fmt.Errorf("lock %q not granted: this pod holds it for another process; not running %s (retry once that one released it)",
+			id, o.argv[0])
 	case errors.Is(err, sidecarclient.ErrNotTryMode):
 		t := newTracker("run", []string{id})
 		err := p.waitHeld(ctx, c, st, t, o.wait)
@@ -158,6 +169,9 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 			return ExitFailure, err
 		}
 		status = t.state[id]
+		if !status.Granted() {
+			return ExitFailure, fmt.Errorf("lock %q: the sidecar reports %s, with no fencing token; not running %s", id, describe(status), o.argv[0])
+		}
 	case errors.Is(err, sidecarclient.ErrLocked):
 		holder := "another pod"
 		if errors.As(err, &ae) && ae.Lock != nil && ae.Lock.Holder != "" {
@@ -179,7 +193,10 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, err := c.Release(rctx, id); err != nil && !errors.Is(err, sidecarclient.ErrNotHeld) {
+		// Only this run's grant: one that ended (and perhaps went to another process of the pod
+		// since) is not released.
+		_, err := c.Release(rctx, id, status.Token)
+		if err != nil && !errors.Is(err, sidecarclient.ErrNotHeld) && !errors.Is(err, sidecarclient.ErrTokenMismatch) {
 			fmt.Fprintf(p.stderr, "baton: releasing lock %q: %v (the sidecar frees it when its lease ends)\n", id, err)
 		}
 	}
@@ -189,15 +206,16 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 	}
 
 	// 2. Run CMD, watching for the loss of the lock. The lease's deadline, as the sidecar reports
-	//    it, bounds CMD as in direct mode: its group is told to stop when no renewal moves the
-	//    deadline away, and killed by it, also when the sidecar stops answering (paused, or gone)
-	//    and after a loss whatever --grace says.
+	//    it, bounds CMD as in direct mode, on the same suspend-aware clock: its group is told to
+	//    stop when no renewal moves the deadline away, and killed by it, also when the sidecar
+	//    stops answering (paused, or gone) or the machine was suspended past it. A loss kills the
+	//    group at once, whatever --grace says.
 	spec := childSpec{argv: o.argv, grace: o.grace, env: childEnv(id, status.Token)}
 	watch := sidecarWatch{id: id, token: status.Token, every: p.poll}
 	if status.LeaseMs > 0 {
 		lease := time.Duration(status.LeaseMs) * time.Millisecond
-		watch.deadline = &knownDeadline{}
-		sent := time.Now()
+		watch.deadline = &knownDeadline{clock: p.clock}
+		sent := p.clock.Now()
 		if l, err := c.Lock(ctx, id); err == nil {
 			watch.deadline.observe(sent, l, status.Token)
 		}
@@ -228,7 +246,7 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 			o.argv[0], res.lost, stopMessage(o.argv[0], res))
 	case res.atRisk:
 		release()
-		return ExitTempFail, fmt.Errorf("the sidecar reported no renewal of lock %q (token %d) while its deadline drew near (is it paused, or Cassandra unreachable?), so %s was stopped: %s",
+		return ExitTempFail, fmt.Errorf("the sidecar reported no renewal of lock %q (token %d) while its deadline drew near (is it paused, is Cassandra unreachable, or was the machine suspended?), so %s was stopped: %s",
 			id, status.Token, o.argv[0], stopMessage(o.argv[0], res))
 	}
 	// 3. Give the lock back (Try mode) and pass CMD's exit code on.
@@ -253,13 +271,17 @@ type sidecarWatch struct {
 
 // knownDeadline is a grant's self-fence deadline as the sidecar last reported it: the send time of
 // a state read plus the time the sidecar said was left, so never later than the sidecar's own. It
-// only moves forward.
+// is kept on clock, which counts the time the machine was suspended as the sidecar's lease clock
+// does (Go's monotonic clock stops meanwhile), and only moves forward.
 type knownDeadline struct {
+	clock clock.PassiveClock
+
 	mu sync.Mutex
-	at time.Time
+	at time.Time // a reading of clock
 }
 
-// observe takes in the state l, read by a request sent at sent, of the grant with token.
+// observe takes in the state l, read by a request sent at sent (a reading of d.clock), of the
+// grant with token.
 func (d *knownDeadline) observe(sent time.Time, l sidecarclient.LockStatus, token int64) {
 	if l.State != sidecarclient.StateHeld || l.Token != token || l.LeaseRemainingMs <= 0 {
 		return
@@ -272,10 +294,17 @@ func (d *knownDeadline) observe(sent time.Time, l sidecarclient.LockStatus, toke
 	}
 }
 
+// get returns the deadline on the wall clock, as lock.Lease.Deadline does: Go's clock now plus
+// the time left on d.clock, so that time.Until of it is the time really left, suspensions
+// included. It is the zero time while nothing was observed.
 func (d *knownDeadline) get() time.Time {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.at
+	at := d.at
+	d.mu.Unlock()
+	if at.IsZero() {
+		return time.Time{}
+	}
+	return time.Now().Add(at.Sub(d.clock.Now()))
 }
 
 // watchSidecar reports on lost when lock w.id stops being held with w.token: a lost or released
@@ -300,7 +329,10 @@ func (p *program) watchSidecar(ctx context.Context, c *sidecarclient.Client, eve
 				return
 			}
 		case <-tick.C:
-			sent := time.Now()
+			var sent time.Time
+			if w.deadline != nil {
+				sent = w.deadline.clock.Now()
+			}
 			l, err := c.Lock(ctx, w.id)
 			if ctx.Err() != nil {
 				return

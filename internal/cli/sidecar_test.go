@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -12,8 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/sidecarclient"
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
+
+	"github.com/baton-dev/baton/internal/suspendclock"
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 var (
@@ -196,7 +200,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 6}) // an earlier grant: ignored
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "lease expired"})
 			},
-			[]string{`lost lock "orders" (token 7)`, "lease expired", "sent SIGTERM to sleep's process group"}},
+			[]string{`lost lock "orders" (token 7)`, "lease expired", "killed sleep's process group at once: SIGKILL at"}},
 		{"stream ends", []string{"sleep", "30"}, "10s",
 			func(f *fakeService) { f.endStream() },
 			[]string{`lost lock "orders"`, "ended its event stream"}},
@@ -204,7 +208,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 			func(f *fakeService) {
 				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7})
 			},
-			[]string{`lost lock "orders"`, "process group and SIGKILL at"}},
+			[]string{`lost lock "orders"`, "process group at once: SIGKILL at"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeService{t: t, events: true, acquire: notTryMode}
@@ -241,7 +245,9 @@ func TestRunTryModeAcquiresAndReleases(t *testing.T) {
 		gotWait = wait
 		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 9}, nil
 	}
-	f.release = func(_ context.Context, id string) (sidecarclient.LockStatus, error) {
+	var gotToken int64
+	f.release = func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
+		gotToken = token
 		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, nil
 	}
 	sock := serve(t, f)
@@ -255,6 +261,9 @@ func TestRunTryModeAcquiresAndReleases(t *testing.T) {
 	}
 	if gotWait != 2*time.Second {
 		t.Errorf("acquire wait = %v, want 2s", gotWait)
+	}
+	if gotToken != 9 {
+		t.Errorf("released with token %d, want its own grant's 9", gotToken)
 	}
 	calls := f.Calls()
 	ia, ir := slices.Index(calls, "Acquire report"), slices.Index(calls, "Release report")
@@ -333,31 +342,43 @@ func TestYield(t *testing.T) {
 		name   string
 		args   []string
 		locks  []sidecarclient.LockStatus
-		answer func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error)
+		answer func(t *testing.T) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error)
 		code   int
 		stdout string
 		stderr string
 	}{
 		{name: "blocking", locks: []sidecarclient.LockStatus{heldOrders},
-			answer: func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
-				return yieldWants(t, "orders", 0, yielded, nil)
+			answer: func(t *testing.T) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 0, 0, yielded, nil)
 			},
 			stdout: "orders waiting (yielded: queueing again behind the waiters)\n"},
 		{name: "try with a wait", args: []string{"--lock", "orders", "--wait", "30s"},
-			answer: func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
-				return yieldWants(t, "orders", 30*time.Second, sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateHeld, Token: 9}, nil)
+			answer: func(t *testing.T) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 0, 30*time.Second, sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateHeld, Token: 9}, nil)
 			},
 			stdout: "orders token 9\n"},
 		{name: "not granted again", args: []string{"--lock", "orders"},
-			answer: func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
-				return yieldWants(t, "orders", 0, sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateIdle}, sidecarclient.ErrLocked)
+			answer: func(t *testing.T) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 0, 0, sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateIdle}, sidecarclient.ErrLocked)
 			},
 			code: ExitTempFail, stderr: `yielded lock "orders"; not granted again within --wait 0s`},
 		{name: "not held", args: []string{"--lock", "orders"},
-			answer: func(t *testing.T) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
-				return yieldWants(t, "orders", 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotHeld)
+			answer: func(t *testing.T) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 0, 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotHeld)
 			},
 			code: ExitFailure, stderr: `lock "orders" is not held by this pod: nothing to yield`},
+		{name: "with a token", args: []string{"--lock", "orders", "--token", "7"},
+			answer: func(t *testing.T) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 7, 0, yielded, nil)
+			},
+			stdout: "orders waiting (yielded: queueing again behind the waiters)\n"},
+		{name: "another grant", args: []string{"--lock", "orders", "--token", "6"},
+			answer: func(t *testing.T) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error) {
+				return yieldWants(t, "orders", 6, 0, heldOrders, sidecarclient.ErrTokenMismatch)
+			},
+			code: ExitFailure, stderr: `lock "orders" is not held with token 6 (that grant ended): nothing yielded`},
+		{name: "negative token", args: []string{"--lock", "orders", "--token", "-1"},
+			code: ExitUsage, stderr: "--token is -1"},
 		{name: "which lock", locks: []sidecarclient.LockStatus{heldOrders, idleReport},
 			code: ExitUsage, stderr: "--lock is required: the pod declares 2 locks (orders, report)"},
 	} {
@@ -379,10 +400,10 @@ func TestYield(t *testing.T) {
 	}
 }
 
-func yieldWants(t *testing.T, wantID string, wantWait time.Duration, st sidecarclient.LockStatus, err error) func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) {
-	return func(_ context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
-		if id != wantID || wait != wantWait {
-			t.Errorf("Yield(%q, %v), want Yield(%q, %v)", id, wait, wantID, wantWait)
+func yieldWants(t *testing.T, wantID string, wantToken int64, wantWait time.Duration, st sidecarclient.LockStatus, err error) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error) {
+	return func(_ context.Context, id string, token int64, wait time.Duration) (sidecarclient.LockStatus, error) {
+		if id != wantID || token != wantToken || wait != wantWait {
+			t.Errorf("Yield(%q, %d, %v), want Yield(%q, %d, %v)", id, token, wait, wantID, wantToken, wantWait)
 		}
 		return st, err
 	}
@@ -451,4 +472,168 @@ func TestRunStopsChildByTheSidecarsDeadline(t *testing.T) {
 func heldUntil(deadline time.Time) sidecarclient.LockStatus {
 	return sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateHeld, Token: 7,
 		LeaseMs: 3000, LeaseRemainingMs: max(1, time.Until(deadline).Milliseconds())}
+}
+
+// TestRunRefusesAnAnswerThatIsNotAGrant: baton run runs CMD only on a Try-mode answer that hands
+// it the lock: state held and a fencing token. Any other answer, even a 200 (an older sidecar
+// answered another process's acquisition in progress with its waiting state, and a lease past its
+// deadline with lost), and the 409s for another process of the pod acquiring or holding the lock,
+// are refused: CMD does not run, nothing is released, exit 75 (issue 22, item 1).
+func TestRunRefusesAnAnswerThatIsNotAGrant(t *testing.T) {
+	held := sidecarclient.LockStatus{LockID: "report", State: sidecarclient.StateHeld, Token: 9, Holder: "shop/report-1"}
+	for _, tc := range []struct {
+		name string
+		st   sidecarclient.LockStatus
+		err  error
+		want string
+	}{
+		{"200 waiting", sidecarclient.LockStatus{LockID: "report", State: sidecarclient.StateWaiting, QueuePosition: 1, Holder: "shop/report-2"}, nil,
+			`answered state "waiting" with token 0`},
+		{"200 lost", sidecarclient.LockStatus{LockID: "report", State: sidecarclient.StateLost, Token: 9, Reason: "lease expired: its self-fence deadline passed"}, nil,
+			`answered state "lost" with token 9`},
+		{"200 held without a token", sidecarclient.LockStatus{LockID: "report", State: sidecarclient.StateHeld}, nil,
+			`answered state "held" with token 0`},
+		{"409 acquiring", held, sidecarclient.ErrAcquiring, "another acquisition of it is in progress in this pod"},
+		{"409 held by the pod", held, sidecarclient.ErrHeldByPod, "this pod holds it for another process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeService{t: t, events: true}
+			var sock string
+			if tc.err != nil {
+				f.acquire = func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) { return tc.st, tc.err }
+				sock = serve(t, f)
+			} else {
+				// The handler answers 200 only with a grant: answer as older sidecars did.
+				sock = serveWrapped(t, f, func(h http.Handler) http.Handler {
+					return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						if r.Method != http.MethodPost || r.URL.Path != "/v1/locks/report/acquire" {
+							h.ServeHTTP(w, r)
+							return
+						}
+						w.Header().Set("Content-Type", "application/json")
+						_ = json.NewEncoder(w).Encode(tc.st)
+					})
+				})
+			}
+			inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "report", "--",
+				"sh", "-c", "echo should not run"}})
+			if inv.code != ExitTempFail || inv.stdout.String() != "" {
+				t.Errorf("answer %+v, %v: exit %d, child printed %q; want 75 and no child; stderr: %s", tc.st, tc.err, inv.code, inv.stdout.String(), inv.stderr.String())
+			}
+			for _, want := range []string{`lock "report" not granted`, tc.want} {
+				if !strings.Contains(inv.stderr.String(), want) {
+					t.Errorf("stderr = %q, want it to contain %q", inv.stderr.String(), want)
+				}
+			}
+			if slices.Contains(f.Calls(), "Release report") {
+				t.Errorf("a lock it was not granted was released: calls %v", f.Calls())
+			}
+		})
+	}
+}
+
+// TestRunReleasesOnlyItsGrant: at the end, baton run releases its own grant by its token; when the
+// sidecar answers that the pod holds another grant (this one ended and another process was
+// granted the lock since), that grant is left alone and baton says nothing of it.
+func TestRunReleasesOnlyItsGrant(t *testing.T) {
+	f := &fakeService{t: t, events: true}
+	f.acquire = func(_ context.Context, id string, _ time.Duration) (sidecarclient.LockStatus, error) {
+		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 9}, nil
+	}
+	f.release = func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
+		if token != 9 {
+			t.Errorf("released with token %d, want 9", token)
+		}
+		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 10}, sidecarclient.ErrTokenMismatch
+	}
+	sock := serve(t, f)
+	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "report", "--", "true"}})
+	if inv.code != 0 || inv.stderr.String() != "" {
+		t.Errorf("exit %d, stderr %q; want 0 and nothing said", inv.code, inv.stderr.String())
+	}
+}
+
+// suspension is a machine's total suspended time as a test sets it, for suspendclock.Counting.
+type suspension struct{ total atomic.Int64 }
+
+func (s *suspension) read() time.Duration     { return time.Duration(s.total.Load()) }
+func (s *suspension) suspend(d time.Duration) { s.total.Add(int64(d)) }
+
+// heldOn is orders held with token 7 under a 30 s lease whose self-fence deadline is deadline, a
+// reading of clk: what a sidecar on the same machine reports.
+func heldOn(clk clock.PassiveClock, deadline time.Time) sidecarclient.LockStatus {
+	return sidecarclient.LockStatus{LockID: "orders", State: sidecarclient.StateHeld, Token: 7,
+		LeaseMs: 30000, LeaseRemainingMs: max(1, deadline.Sub(clk.Now()).Milliseconds())}
+}
+
+// TestRunThroughASidecarCountsSuspendedTime: the deadline baton run keeps for CMD through a
+// sidecar counts the time the machine was suspended, as the lease's clock does (issue 22, item
+// 3). The machine is suspended for an hour while CMD runs under a 30 s lease, and the sidecar
+// does not answer after the resume (its pod is frozen): CMD's group is killed at once on resume,
+// not 30 s of awake time later.
+func TestRunThroughASidecarCountsSuspendedTime(t *testing.T) {
+	var s suspension
+	clk := suspendclock.Counting(s.read)
+	deadline := clk.Now().Add(30 * time.Second)
+	frozen := make(chan struct{})
+	var resumed atomic.Bool
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldOn(clk, deadline)} }
+	f.lock = func(string) (sidecarclient.LockStatus, bool) {
+		if resumed.Load() {
+			<-frozen
+		}
+		return heldOn(clk, deadline), true
+	}
+	sock := serve(t, f)
+	t.Cleanup(func() { close(frozen) }) // before the server closes
+	inv := start(t, &invocation{clock: clk, args: []string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--",
+		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}})
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	resumed.Store(true)
+	s.suspend(time.Hour)
+	at := time.Now()
+	if code := inv.wait(t, 10*time.Second); code != ExitTempFail {
+		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
+	}
+	took := time.Since(at)
+	t.Logf("CMD's group killed %v after the resume", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("CMD was stopped %v after the resume; the deadline passed during the suspension", took)
+	}
+	for _, w := range []string{"deadline", "SIGKILL at"} {
+		if !strings.Contains(inv.stderr.String(), w) {
+			t.Errorf("stderr %q does not contain %q", inv.stderr.String(), w)
+		}
+	}
+}
+
+// TestRunKillsAtOnceOnALoss: once the sidecar reports the lock lost, CMD's group is killed at
+// once, as in direct mode, not after --grace or at the deadline the sidecar reported before: the
+// lock may be another owner's already (issue 22, item 3).
+func TestRunKillsAtOnceOnALoss(t *testing.T) {
+	clk := suspendclock.New()
+	deadline := clk.Now().Add(30 * time.Second)
+	f := &fakeService{t: t, events: true, acquire: notTryMode}
+	f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldOn(clk, deadline)} }
+	f.lock = func(string) (sidecarclient.LockStatus, bool) { return heldOn(clk, deadline), true }
+	sock := serve(t, f)
+	inv := start(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--",
+		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}})
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "grant revoked"})
+	at := time.Now()
+	if code := inv.wait(t, 10*time.Second); code != ExitTempFail {
+		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
+	}
+	took := time.Since(at)
+	t.Logf("CMD's group killed %v after the lost event", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("CMD was stopped %v after the loss; --grace is 1m, the reported deadline 30s away", took)
+	}
+	for _, w := range []string{`lost lock "orders" (token 7)`, "grant revoked", "SIGKILL"} {
+		if !strings.Contains(inv.stderr.String(), w) {
+			t.Errorf("stderr %q does not contain %q", inv.stderr.String(), w)
+		}
+	}
 }

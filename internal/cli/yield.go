@@ -14,8 +14,12 @@ func (p *program) yield(ctx context.Context, args []string) (int, error) {
 	socket := fs.String("socket", "", "the sidecar's API socket")
 	lockID := fs.String("lock", "", "the lock to yield")
 	wait := durationFlag(fs, "wait", 0, "Try mode: how long to wait to get the lock back")
+	token := fs.Int64("token", 0, "yield only the grant with this fencing token")
 	if _, err := parseFlags(fs, "yield", args, false); err != nil {
 		return 0, err
+	}
+	if *token < 0 {
+		return 0, usagef("yield", "--token is %d: give the fencing token of the grant to yield (a positive number), or leave it out", *token)
 	}
 	path := p.socketPath(*socket)
 	if err := checkSocket("yield", path, " (or give --socket / BATON_SOCKET)"); err != nil {
@@ -30,7 +34,7 @@ func (p *program) yield(ctx context.Context, args []string) (int, error) {
 		}
 		id = only
 	}
-	st, err := c.Yield(ctx, id, *wait)
+	st, err := c.Yield(ctx, id, *token, *wait)
 	var ae *sidecarclient.Error
 	switch {
 	case err == nil:
@@ -42,6 +46,8 @@ func (p *program) yield(ctx context.Context, args []string) (int, error) {
 		return 0, usagef("yield", "%s", ae.Message)
 	case errors.Is(err, sidecarclient.ErrNotHeld):
 		return ExitFailure, fmt.Errorf("lock %q is not held by this pod: nothing to yield", id)
+	case errors.Is(err, sidecarclient.ErrTokenMismatch):
+		return ExitFailure, fmt.Errorf("lock %q is not held with token %d (that grant ended): nothing yielded", id, *token)
 	case ctx.Err() != nil:
 		return ExitFailure, context.Cause(ctx)
 	default:

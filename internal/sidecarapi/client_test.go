@@ -1,6 +1,7 @@
 package sidecarapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -144,13 +145,51 @@ func TestClient(t *testing.T) {
 	})
 	t.Run("Yield", func(t *testing.T) {
 		want := sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateHeld, Token: 8}
-		f.yield = acquireWants(t, "c", 2*time.Second, want, nil)
-		if got, err := c.Yield(ctx, "c", 2*time.Second); err != nil || got != want {
+		f.yield = yieldWants(t, "c", 0, 2*time.Second, want, nil)
+		if got, err := c.Yield(ctx, "c", 0, 2*time.Second); err != nil || got != want {
 			t.Fatalf("Yield = %+v, %v; want %+v", got, err, want)
 		}
-		f.yield = acquireWants(t, "c", 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotHeld)
-		if _, err := c.Yield(ctx, "c", 0); !errors.Is(err, sidecarclient.ErrNotHeld) {
+		f.yield = yieldWants(t, "c", 7, 0, want, nil)
+		if got, err := c.Yield(ctx, "c", 7, 0); err != nil || got != want {
+			t.Fatalf("Yield(token 7) = %+v, %v; want %+v", got, err, want)
+		}
+		f.yield = yieldWants(t, "c", 0, 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotHeld)
+		if _, err := c.Yield(ctx, "c", 0, 0); !errors.Is(err, sidecarclient.ErrNotHeld) {
 			t.Fatalf("Yield when not held: %v", err)
+		}
+	})
+	t.Run("Acquire answered 200 without a grant", func(t *testing.T) {
+		// Older sidecars answered another acquisition in progress with its waiting state, and a
+		// grant past its deadline with lost: the client never takes them for a grant.
+		for _, st := range []sidecarclient.LockStatus{
+			{LockID: "c", State: sidecarclient.StateWaiting, QueuePosition: 1},
+			{LockID: "c", State: sidecarclient.StateLost, Token: 5},
+			{LockID: "c", State: sidecarclient.StateHeld},
+		} {
+			old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(st)
+			}))
+			got, err := sidecarclient.NewTCP(old.URL).Acquire(ctx, "c", 0)
+			old.Close()
+			if !errors.Is(err, sidecarclient.ErrAcquiring) || got != st {
+				t.Errorf("Acquire answered 200 %+v: %+v, %v; want the status and an error matching ErrAcquiring", st, got, err)
+			}
+		}
+	})
+	t.Run("Acquire in this pod already", func(t *testing.T) {
+		for answer, sentinel := range map[error]error{
+			fmt.Errorf("%w: another request is acquiring c", sidecarclient.ErrAcquiring): sidecarclient.ErrAcquiring,
+			fmt.Errorf("%w: c is held with token 9", sidecarclient.ErrHeldByPod):         sidecarclient.ErrHeldByPod,
+		} {
+			st := sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateHeld, Token: 9}
+			f.acquire = acquireWants(t, "c", 0, st, answer)
+			_, err := c.Acquire(ctx, "c", 0)
+			var apiErr *sidecarclient.Error
+			if !errors.Is(err, sentinel) || errors.Is(err, sidecarclient.ErrLocked) || !errors.As(err, &apiErr) ||
+				apiErr.Status != http.StatusConflict || apiErr.Lock == nil || *apiErr.Lock != st {
+				t.Errorf("Acquire error = %v (%+v), want a 409 *Error matching only %v, with the lock's status", err, apiErr, sentinel)
+			}
 		}
 	})
 	t.Run("Acquire bad wait", func(t *testing.T) {
@@ -161,16 +200,28 @@ func TestClient(t *testing.T) {
 		}
 	})
 	t.Run("Release", func(t *testing.T) {
-		f.release = releaseWants(t, "c", sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateIdle}, nil)
-		if st, err := c.Release(ctx, "c"); err != nil || st.State != sidecarclient.StateIdle {
+		f.release = releaseWants(t, "c", 42, sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateIdle}, nil)
+		if st, err := c.Release(ctx, "c", 42); err != nil || st.State != sidecarclient.StateIdle {
 			t.Fatalf("Release = %+v, %v", st, err)
 		}
-		f.release = releaseWants(t, "c", sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateIdle}, sidecarclient.ErrNotHeld)
-		if _, err := c.Release(ctx, "c"); !errors.Is(err, sidecarclient.ErrNotHeld) {
+		f.release = releaseWants(t, "c", 0, sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateIdle}, nil)
+		if st, err := c.Release(ctx, "c", 0); err != nil || st.State != sidecarclient.StateIdle {
+			t.Fatalf("Release without a token = %+v, %v", st, err)
+		}
+		f.release = releaseWants(t, "c", 42, sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateIdle}, sidecarclient.ErrNotHeld)
+		if _, err := c.Release(ctx, "c", 42); !errors.Is(err, sidecarclient.ErrNotHeld) {
 			t.Fatalf("Release error = %v, want sidecarclient.ErrNotHeld", err)
 		}
-		f.release = releaseWants(t, "c", sidecarclient.LockStatus{}, sidecarclient.ErrNotTryMode)
-		if _, err := c.Release(ctx, "c"); !errors.Is(err, sidecarclient.ErrNotTryMode) {
+		held := sidecarclient.LockStatus{LockID: "c", State: sidecarclient.StateHeld, Token: 43}
+		f.release = releaseWants(t, "c", 42, held, fmt.Errorf("%w: c is held with token 43, not 42", sidecarclient.ErrTokenMismatch))
+		_, err := c.Release(ctx, "c", 42)
+		var apiErr *sidecarclient.Error
+		if !errors.Is(err, sidecarclient.ErrTokenMismatch) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict ||
+			apiErr.Lock == nil || *apiErr.Lock != held || !strings.Contains(apiErr.Message, "not 42") {
+			t.Fatalf("Release error = %v (%+v), want a 409 *Error matching sidecarclient.ErrTokenMismatch", err, apiErr)
+		}
+		f.release = releaseWants(t, "c", 42, sidecarclient.LockStatus{}, sidecarclient.ErrNotTryMode)
+		if _, err := c.Release(ctx, "c", 42); !errors.Is(err, sidecarclient.ErrNotTryMode) {
 			t.Fatalf("Release error = %v, want sidecarclient.ErrNotTryMode", err)
 		}
 	})

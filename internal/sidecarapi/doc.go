@@ -3,5 +3,6 @@
 // ListenUnix, which creates the socket with mode 0660 and removes a stale one.
 //
 // The handler never panics: a panic in a Service is logged and answered with 500. It knows nothing
-// of how locks are held.
+// of how locks are held: that an acquire answers 200 only with a grant, and that a release with a
+// token leaves other grants alone, is the Service's to keep (the sidecar's Holder does).
 package sidecarapi

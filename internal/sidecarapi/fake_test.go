@@ -17,8 +17,8 @@ type fakeService struct {
 	locks     func() []sidecarclient.LockStatus
 	lock      func(lockID string) (sidecarclient.LockStatus, bool)
 	acquire   func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
-	release   func(ctx context.Context, lockID string) (sidecarclient.LockStatus, error)
-	yield     func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
+	release   func(ctx context.Context, lockID string, token int64) (sidecarclient.LockStatus, error)
+	yield     func(ctx context.Context, lockID string, token int64, wait time.Duration) (sidecarclient.LockStatus, error)
 	subscribe func() (<-chan sidecarclient.Event, func())
 	healthy   func(ctx context.Context) error
 	ready     func() bool
@@ -69,18 +69,18 @@ func (f *fakeService) Acquire(ctx context.Context, lockID string, wait time.Dura
 	return f.acquire(ctx, lockID, wait)
 }
 
-func (f *fakeService) Yield(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error) {
+func (f *fakeService) Yield(ctx context.Context, lockID string, token int64, wait time.Duration) (sidecarclient.LockStatus, error) {
 	if !f.record("Yield", f.yield) {
 		return sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock
 	}
-	return f.yield(ctx, lockID, wait)
+	return f.yield(ctx, lockID, token, wait)
 }
 
-func (f *fakeService) Release(ctx context.Context, lockID string) (sidecarclient.LockStatus, error) {
+func (f *fakeService) Release(ctx context.Context, lockID string, token int64) (sidecarclient.LockStatus, error) {
 	if !f.record("Release", f.release) {
 		return sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock
 	}
-	return f.release(ctx, lockID)
+	return f.release(ctx, lockID, token)
 }
 
 func (f *fakeService) Subscribe() (<-chan sidecarclient.Event, func()) {

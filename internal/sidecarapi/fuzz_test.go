@@ -16,9 +16,10 @@ import (
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
-// fuzzService is a fakeService with every method answering deterministically: lock "a" is held,
-// "busy" is held elsewhere, "blocking" is in Blocking mode, "idle" is not held, anything else is
-// unknown. It fails the test if the handler passes it a wait outside the allowed bounds or a lock
+// fuzzService is a fakeService with every method answering deterministically: lock "a" is held
+// with token 1 (a release naming another token is refused), "busy" is held elsewhere, "acquiring"
+// is being acquired by another request of the pod, "mine" is held by the pod for another request,
+// "blocking" is in Blocking mode, "idle" is not held, anything else is unknown. It fails the test if the handler passes it a wait outside the allowed bounds or a lock
 // ID that should have been rejected.
 func fuzzService(t *testing.T) *fakeService {
 	f := &fakeService{t: t}
@@ -34,6 +35,10 @@ func fuzzService(t *testing.T) *fakeService {
 			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 1}, nil
 		case "busy":
 			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateWaiting, Holder: "ns/other", QueuePosition: 1}, sidecarclient.ErrLocked
+		case "acquiring":
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateWaiting, QueuePosition: 1}, sidecarclient.ErrAcquiring
+		case "mine":
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 5}, sidecarclient.ErrHeldByPod
 		case "blocking":
 			return sidecarclient.LockStatus{}, sidecarclient.ErrNotTryMode
 		case "idle":
@@ -48,9 +53,21 @@ func fuzzService(t *testing.T) *fakeService {
 		}
 		return answer(id)
 	}
-	f.yield = f.acquire
-	f.release = func(_ context.Context, id string) (sidecarclient.LockStatus, error) {
+	checkToken := func(token int64) {
+		if token < 0 {
+			t.Errorf("service got token %d; tokens are positive, or 0 for none", token)
+		}
+	}
+	f.yield = func(ctx context.Context, id string, token int64, wait time.Duration) (sidecarclient.LockStatus, error) {
+		checkToken(token)
+		return f.acquire(ctx, id, wait)
+	}
+	f.release = func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
 		check(id)
+		checkToken(token)
+		if id == "a" && token > 1 {
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 1}, sidecarclient.ErrTokenMismatch
+		}
 		return answer(id)
 	}
 	lock := f.lock
@@ -110,6 +127,19 @@ func FuzzHandler(f *testing.F) {
 		{"POST", "/v1/locks/idle/release", "{}", false},
 		{"POST", "/v1/locks/a/release", `{"force":true}`, false},
 		{"POST", "/v1/locks/a/release", "{}", true},
+		{"POST", "/v1/locks/a/release", `{"token":1}`, false},
+		{"POST", "/v1/locks/a/release", `{"token":2}`, false},
+		{"POST", "/v1/locks/a/release", `{"token":0}`, false},
+		{"POST", "/v1/locks/a/release", `{"token":-9223372036854775808}`, false},
+		{"POST", "/v1/locks/a/release", `{"token":9223372036854775808}`, false},
+		{"POST", "/v1/locks/a/release", `{"token":1e3}`, false},
+		{"POST", "/v1/locks/a/release", `{"token":"1"}`, false},
+		{"POST", "/v1/locks/a/release", `{"token":null}`, false},
+		{"POST", "/v1/locks/a/yield", `{"token":2,"wait":"1s"}`, false},
+		{"POST", "/v1/locks/a/yield?wait=1s", `{"token":1}`, false},
+		{"POST", "/v1/locks/acquiring/acquire", "", false},
+		{"POST", "/v1/locks/mine/acquire", `{"wait":"1s"}`, false},
+		{"POST", "/v1/locks/a/acquire", `{"token":1}`, false},
 		{"GET", "/v1/events", "", false},
 		{"HEAD", "/v1/events", "", false},
 		{"GET", "/healthz", "", false},

@@ -157,28 +157,35 @@ func (h *handler) getLock(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) acquire(w http.ResponseWriter, r *http.Request) {
-	h.withWait(w, r, "acquire", h.svc.Acquire)
+	h.withWait(w, r, "acquire", func(ctx context.Context, id string, _ int64, wait time.Duration) (sidecarclient.LockStatus, error) {
+		st, err := h.svc.Acquire(ctx, id, wait)
+		if err == nil && !st.Granted() {
+			// A 200 tells the caller it holds the lock: never without a grant.
+			err = fmt.Errorf("the lock service answered state %q with token %d, which grants nothing", st.State, st.Token)
+		}
+		return st, err
+	})
 }
 
 func (h *handler) yield(w http.ResponseWriter, r *http.Request) {
 	h.withWait(w, r, "yield", h.svc.Yield)
 }
 
-// withWait serves a request on one lock that takes a wait (acquire, yield) with the Service's
-// method for it.
+// withWait serves a request on one lock that takes a wait (acquire, yield; yield also a token)
+// with the Service's method for it.
 func (h *handler) withWait(w http.ResponseWriter, r *http.Request, op string,
-	call func(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)) {
+	call func(ctx context.Context, lockID string, token int64, wait time.Duration) (sidecarclient.LockStatus, error)) {
 	id, aerr := lockIDFrom(r)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	wait, aerr := h.parseWait(w, r)
+	wait, token, aerr := h.parseWait(w, r, op == "yield")
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	st, err := call(r.Context(), id, wait)
+	st, err := call(r.Context(), id, token, wait)
 	if err != nil {
 		writeError(w, h.serviceError(r, op, id, st, err))
 		return
@@ -186,18 +193,27 @@ func (h *handler) withWait(w http.ResponseWriter, r *http.Request, op string,
 	writeJSON(w, http.StatusOK, st)
 }
 
+// releaseHint names the fields of a release body in error answers.
+const releaseHint = `the only field is "token", the fencing token of the grant to release, e.g. {"token":1795419806766942}; or send no body`
+
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	id, aerr := lockIDFrom(r)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	// Release takes no parameters, but a body, if any, must still be a well-formed empty object.
-	if aerr := decodeBody(w, r, &struct{}{}, "release takes no fields; send no body or {}"); aerr != nil {
+	// The body, if any, names the grant to release: {"token":N}.
+	var body sidecarclient.ReleaseRequest
+	if aerr := decodeBody(w, r, &body, releaseHint); aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	st, err := h.svc.Release(r.Context(), id)
+	token, aerr := checkToken(body.Token, releaseHint)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	st, err := h.svc.Release(r.Context(), id, token)
 	if err != nil {
 		writeError(w, h.serviceError(r, "release", id, st, err))
 		return
@@ -205,33 +221,66 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// parseWait reads the acquire wait from the body ({"wait":"5s"}) or the query (?wait=5s).
-func (h *handler) parseWait(w http.ResponseWriter, r *http.Request) (time.Duration, *apiError) {
+// checkToken returns the token of a release or yield body: 0 when absent, else a positive
+// fencing token.
+func checkToken(t *int64, hint string) (int64, *apiError) {
+	switch {
+	case t == nil:
+		return 0, nil
+	case *t <= 0:
+		return 0, badRequest(`body field "token" is %d; a fencing token is a positive integer (the "token" of the acquire answer); %s`, *t, hint)
+	}
+	return *t, nil
+}
+
+// parseWait reads the wait from the body ({"wait":"5s"}) or the query (?wait=5s), and with
+// withToken (yield) the token from the body ({"token":N}).
+func (h *handler) parseWait(w http.ResponseWriter, r *http.Request, withToken bool) (time.Duration, int64, *apiError) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return 0, badRequest("malformed query string: %v; use ?wait=<duration>, e.g. ?wait=5s", err)
+		return 0, 0, badRequest("malformed query string: %v; use ?wait=<duration>, e.g. ?wait=5s", err)
 	}
 	for k := range q {
 		if k != "wait" {
-			return 0, badRequest("unknown query parameter %q; the only parameter is wait, e.g. ?wait=5s", clip(k))
+			return 0, 0, badRequest("unknown query parameter %q; the only parameter is wait, e.g. ?wait=5s", clip(k))
 		}
 	}
-	var body sidecarclient.AcquireRequest
-	if aerr := decodeBody(w, r, &body, `the only field is "wait", e.g. {"wait":"5s"}`); aerr != nil {
-		return 0, aerr
+	var (
+		bodyWait *string
+		token    int64
+	)
+	if withToken {
+		const hint = `the fields are "wait", e.g. {"wait":"5s"}, and "token", the fencing token of the grant to yield`
+		var body sidecarclient.YieldRequest
+		if aerr := decodeBody(w, r, &body, hint); aerr != nil {
+			return 0, 0, aerr
+		}
+		var aerr *apiError
+		if token, aerr = checkToken(body.Token, hint); aerr != nil {
+			return 0, 0, aerr
+		}
+		bodyWait = body.Wait
+	} else {
+		var body sidecarclient.AcquireRequest
+		if aerr := decodeBody(w, r, &body, `the only field is "wait", e.g. {"wait":"5s"}`); aerr != nil {
+			return 0, 0, aerr
+		}
+		bodyWait = body.Wait
 	}
 	qw, inQuery := q["wait"]
+	var wait time.Duration
+	var aerr *apiError
 	switch {
-	case inQuery && body.Wait != nil:
-		return 0, badRequest("wait is given both in the query and in the body; give it once")
+	case inQuery && bodyWait != nil:
+		aerr = badRequest("wait is given both in the query and in the body; give it once")
 	case inQuery && len(qw) > 1:
-		return 0, badRequest("query parameter wait is given %d times; give it once", len(qw))
+		aerr = badRequest("query parameter wait is given %d times; give it once", len(qw))
 	case inQuery:
-		return h.checkWait("query parameter wait", qw[0])
-	case body.Wait != nil:
-		return h.checkWait(`body field "wait"`, *body.Wait)
+		wait, aerr = h.checkWait("query parameter wait", qw[0])
+	case bodyWait != nil:
+		wait, aerr = h.checkWait(`body field "wait"`, *bodyWait)
 	}
-	return 0, nil
+	return wait, token, aerr
 }
 
 func (h *handler) checkWait(field, s string) (time.Duration, *apiError) {
@@ -283,7 +332,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, hint string) *a
 		if typeErr.Field == "" {
 			return badRequest("request body must be a JSON object, got a JSON %s; %s", typeErr.Value, hint)
 		}
-		return badRequest("field %q must be a %v, got a JSON %s; %s", typeErr.Field, jsonKind(typeErr.Type.String()), typeErr.Value, hint)
+		return badRequest("field %q must be %v, got a JSON %s; %s", typeErr.Field, jsonKind(typeErr.Type.String()), typeErr.Value, hint)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.TrimPrefix(err.Error(), "json: unknown field ")
 		return badRequest("unknown field %s in request body; %s", clip(field), hint)
@@ -292,12 +341,15 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, hint string) *a
 	}
 }
 
-// jsonKind names a Go type as a JSON user would.
+// jsonKind names a Go type as a JSON user would, with its article.
 func jsonKind(goType string) string {
-	if goType == "string" || goType == "*string" {
-		return "string (a Go duration such as \"5s\")"
+	switch goType {
+	case "string", "*string":
+		return "a string (a Go duration such as \"5s\")"
+	case "int64", "*int64":
+		return "an integer (a fencing token such as 1795419806766942)"
 	}
-	return goType
+	return "a " + goType
 }
 
 // serviceError maps an error from Service.Acquire or Release to an error answer.
@@ -334,6 +386,21 @@ func (h *handler) serviceError(r *http.Request, op, id string, st sidecarclient.
 	case errors.Is(err, sidecarclient.ErrSuperseded):
 		return &apiError{status: http.StatusConflict, code: sidecarclient.CodeSuperseded, lock: lock,
 			msg: fmt.Sprintf("lock %q is not taken: this pod is superseded by a newer revision of its workload (handoff NewestRevision)%s", id, detail)}
+	case errors.Is(err, sidecarclient.ErrAcquiring):
+		return &apiError{status: http.StatusConflict, code: sidecarclient.CodeAcquiring, lock: lock,
+			msg: fmt.Sprintf("another acquisition of lock %q is in progress in this pod (another process asked first, or the pod's previous grant is still ending); nothing was granted to this request: retry later%s",
+				id, detail)}
+	case errors.Is(err, sidecarclient.ErrHeldByPod):
+		token := ""
+		if lock != nil && lock.Token > 0 {
+			token = fmt.Sprintf(" (token %d)", lock.Token)
+		}
+		return &apiError{status: http.StatusConflict, code: sidecarclient.CodeHeldByPod, lock: lock,
+			msg: fmt.Sprintf("lock %q is already held by this pod%s for the process that acquired it; it is not granted twice: retry once that process released it%s",
+				id, token, detail)}
+	case errors.Is(err, sidecarclient.ErrTokenMismatch):
+		return &apiError{status: http.StatusConflict, code: sidecarclient.CodeTokenMismatch, lock: lock,
+			msg: fmt.Sprintf("lock %q is not held with the token given: did not %s it%s", id, op, detail)}
 	case errors.Is(err, sidecarclient.ErrShuttingDown):
 		return &apiError{status: http.StatusServiceUnavailable, code: sidecarclient.CodeShuttingDown, lock: lock,
 			msg: fmt.Sprintf("the sidecar is shutting down (SIGTERM): it will not %s lock %q%s", op, id, detail)}
@@ -349,7 +416,9 @@ func (h *handler) serviceError(r *http.Request, op, id string, st sidecarclient.
 
 // sentinelOf returns the sentinel error err wraps, or nil.
 func sentinelOf(err error) error {
-	for _, s := range []error{sidecarclient.ErrUnknownLock, sidecarclient.ErrNotTryMode, sidecarclient.ErrNotHeld, sidecarclient.ErrLocked, sidecarclient.ErrAppNotReady, sidecarclient.ErrSuperseded, sidecarclient.ErrShuttingDown} {
+	for _, s := range []error{sidecarclient.ErrUnknownLock, sidecarclient.ErrNotTryMode, sidecarclient.ErrNotHeld, sidecarclient.ErrLocked,
+		sidecarclient.ErrAppNotReady, sidecarclient.ErrSuperseded, sidecarclient.ErrShuttingDown, sidecarclient.ErrAcquiring,
+		sidecarclient.ErrHeldByPod, sidecarclient.ErrTokenMismatch} {
 		if errors.Is(err, s) {
 			return s
 		}

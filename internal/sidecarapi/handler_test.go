@@ -26,11 +26,23 @@ func acquireWants(t *testing.T, wantID string, wantWait time.Duration, st sideca
 	}
 }
 
-func releaseWants(t *testing.T, wantID string, st sidecarclient.LockStatus, err error) func(context.Context, string) (sidecarclient.LockStatus, error) {
-	return func(_ context.Context, id string) (sidecarclient.LockStatus, error) {
+// releaseWants returns a release func that checks the lock ID and token it gets, then answers.
+func releaseWants(t *testing.T, wantID string, wantToken int64, st sidecarclient.LockStatus, err error) func(context.Context, string, int64) (sidecarclient.LockStatus, error) {
+	return func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
 		t.Helper()
-		if id != wantID {
-			t.Errorf("Release(%q), want Release(%q)", id, wantID)
+		if id != wantID || token != wantToken {
+			t.Errorf("Release(%q, %d), want Release(%q, %d)", id, token, wantID, wantToken)
+		}
+		return st, err
+	}
+}
+
+// yieldWants returns a yield func that checks the lock ID, token and wait it gets, then answers.
+func yieldWants(t *testing.T, wantID string, wantToken int64, wantWait time.Duration, st sidecarclient.LockStatus, err error) func(context.Context, string, int64, time.Duration) (sidecarclient.LockStatus, error) {
+	return func(_ context.Context, id string, token int64, wait time.Duration) (sidecarclient.LockStatus, error) {
+		t.Helper()
+		if id != wantID || token != wantToken || wait != wantWait {
+			t.Errorf("Yield(%q, %d, %v), want Yield(%q, %d, %v)", id, token, wait, wantID, wantToken, wantWait)
 		}
 		return st, err
 	}
@@ -162,6 +174,19 @@ func TestHandlerRoutes(t *testing.T) {
 				f.acquire = acquireWants(t, "a", 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotTryMode)
 			},
 			status: 409, contain: []string{`"code":"not_try_mode"`, "not in Try mode"}},
+		{name: "acquire while another is in progress", method: "POST", target: "/v1/locks/a/acquire?wait=5s",
+			setup: func(t *testing.T, f *fakeService) {
+				f.acquire = acquireWants(t, "a", 5*time.Second, lockedStatus, fmt.Errorf("%w: another request of this pod is acquiring a", sidecarclient.ErrAcquiring))
+			},
+			status: 409, contain: []string{`"code":"acquiring"`, `another acquisition of lock \"a\" is in progress in this pod`,
+				"nothing was granted to this request", `"state":"waiting"`}},
+		{name: "acquire held by the pod", method: "POST", target: "/v1/locks/a/acquire",
+			setup: func(t *testing.T, f *fakeService) {
+				f.acquire = acquireWants(t, "a", 0, held, fmt.Errorf("%w: a is held with token 8", sidecarclient.ErrHeldByPod))
+			},
+			status: 409, contain: []string{`"code":"held_by_pod"`, `already held by this pod (token 8) for the process that acquired it`, "not granted twice"}},
+		{name: "acquire token field", method: "POST", target: "/v1/locks/a/acquire", body: `{"token":8}`, status: 400,
+			contain: []string{`unknown field \"token\"`, `the only field is \"wait\"`}},
 		{name: "acquire shutting down", method: "POST", target: "/v1/locks/a/acquire?wait=1m",
 			setup: func(t *testing.T, f *fakeService) {
 				f.acquire = acquireWants(t, "a", time.Minute, sidecarclient.LockStatus{}, fmt.Errorf("%w: stopped waiting for a", sidecarclient.ErrShuttingDown))
@@ -173,6 +198,11 @@ func TestHandlerRoutes(t *testing.T) {
 				f.acquire = acquireWants(t, "zz", 0, sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock)
 			},
 			status: 404, contain: []string{`lock \"zz\" is not declared`}},
+		{name: "acquire answered without a grant", method: "POST", target: "/v1/locks/a/acquire",
+			setup: func(t *testing.T, f *fakeService) {
+				f.acquire = acquireWants(t, "a", 0, lockedStatus, nil)
+			},
+			status: 500, contain: []string{`"code":"internal"`, `answered state \"waiting\" with token 0, which grants nothing`}},
 		{name: "acquire store failure", method: "POST", target: "/v1/locks/a/acquire",
 			setup: func(t *testing.T, f *fakeService) {
 				f.acquire = acquireWants(t, "a", 0, sidecarclient.LockStatus{}, errors.New("cassandra: no hosts available"))
@@ -203,45 +233,77 @@ func TestHandlerRoutes(t *testing.T) {
 		// POST /v1/locks/{lockID}/yield
 		{name: "yield", method: "POST", target: "/v1/locks/a/yield",
 			setup: func(t *testing.T, f *fakeService) {
-				f.yield = acquireWants(t, "a", 0, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateWaiting, Reason: "yielded"}, nil)
+				f.yield = yieldWants(t, "a", 0, 0, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateWaiting, Reason: "yielded"}, nil)
 			},
 			status: 200, contain: []string{`"state":"waiting"`, `"reason":"yielded"`}},
 		{name: "yield with a wait", method: "POST", target: "/v1/locks/a/yield", body: `{"wait":"30s"}`,
 			setup: func(t *testing.T, f *fakeService) {
-				f.yield = acquireWants(t, "a", 30*time.Second, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateHeld, Token: 9}, nil)
+				f.yield = yieldWants(t, "a", 0, 30*time.Second, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateHeld, Token: 9}, nil)
 			},
 			status: 200, contain: []string{`"state":"held"`, `"token":9`}},
+		{name: "yield with a token and a wait", method: "POST", target: "/v1/locks/a/yield?wait=30s", body: `{"token":8}`,
+			setup: func(t *testing.T, f *fakeService) {
+				f.yield = yieldWants(t, "a", 8, 30*time.Second, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateHeld, Token: 9}, nil)
+			},
+			status: 200, contain: []string{`"token":9`}},
+		{name: "yield another grant", method: "POST", target: "/v1/locks/a/yield", body: `{"token":7}`,
+			setup: func(t *testing.T, f *fakeService) {
+				f.yield = yieldWants(t, "a", 7, 0, held, fmt.Errorf("%w: this pod holds a with token 8, not 7", sidecarclient.ErrTokenMismatch))
+			},
+			status: 409, contain: []string{`"code":"token_mismatch"`, "did not yield it", "not 7", `"token":8`}},
+		{name: "yield zero token", method: "POST", target: "/v1/locks/a/yield", body: `{"token":0}`, status: 400,
+			contain: []string{`body field \"token\" is 0`, "positive integer"}},
 		{name: "yield not held", method: "POST", target: "/v1/locks/a/yield",
 			setup: func(t *testing.T, f *fakeService) {
-				f.yield = acquireWants(t, "a", 0, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateWaiting}, sidecarclient.ErrNotHeld)
+				f.yield = yieldWants(t, "a", 0, 0, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateWaiting}, sidecarclient.ErrNotHeld)
 			},
 			status: 409, contain: []string{`"code":"not_held"`, "nothing to yield"}},
 		{name: "yield bad wait", method: "POST", target: "/v1/locks/a/yield?wait=soon", status: 400, contain: []string{"wait"}},
+		{name: "yield unknown field", method: "POST", target: "/v1/locks/a/yield", body: `{"force":true}`, status: 400,
+			contain: []string{`unknown field \"force\"`, `\"wait\"`, `\"token\"`}},
 		{name: "yield GET", method: "GET", target: "/v1/locks/a/yield", status: 405, allow: "POST", contain: []string{"use POST"}},
 
 		// POST /v1/locks/{lockID}/release
 		{name: "release", method: "POST", target: "/v1/locks/a/release",
-			setup:  func(t *testing.T, f *fakeService) { f.release = releaseWants(t, "a", idle, nil) },
+			setup:  func(t *testing.T, f *fakeService) { f.release = releaseWants(t, "a", 0, idle, nil) },
 			status: 200, contain: []string{`"state":"idle"`}},
 		{name: "release empty object", method: "POST", target: "/v1/locks/a/release", body: "{}",
-			setup:  func(t *testing.T, f *fakeService) { f.release = releaseWants(t, "a", idle, nil) },
+			setup:  func(t *testing.T, f *fakeService) { f.release = releaseWants(t, "a", 0, idle, nil) },
 			status: 200},
+		{name: "release with its token", method: "POST", target: "/v1/locks/a/release", body: `{"token":1795419806766942}`,
+			setup:  func(t *testing.T, f *fakeService) { f.release = releaseWants(t, "a", 1795419806766942, idle, nil) },
+			status: 200, contain: []string{`"state":"idle"`}},
+		{name: "release another grant", method: "POST", target: "/v1/locks/a/release", body: `{"token":7}`,
+			setup: func(t *testing.T, f *fakeService) {
+				f.release = releaseWants(t, "a", 7, held, fmt.Errorf("%w: this pod holds a with token 8, not 7", sidecarclient.ErrTokenMismatch))
+			},
+			status: 409, contain: []string{`"code":"token_mismatch"`, `lock \"a\" is not held with the token given: did not release it`, "not 7", `"state":"held"`, `"token":8`}},
+		{name: "release zero token", method: "POST", target: "/v1/locks/a/release", body: `{"token":0}`, status: 400,
+			contain: []string{`body field \"token\" is 0`, "positive integer"}},
+		{name: "release negative token", method: "POST", target: "/v1/locks/a/release", body: `{"token":-3}`, status: 400,
+			contain: []string{`is -3`}},
+		{name: "release fractional token", method: "POST", target: "/v1/locks/a/release", body: `{"token":1.5}`, status: 400,
+			contain: []string{`field \"token\" must be an integer (a fencing token`}},
+		{name: "release string token", method: "POST", target: "/v1/locks/a/release", body: `{"token":"8"}`, status: 400,
+			contain: []string{`field \"token\" must be an integer`, "got a JSON string"}},
 		{name: "release unknown field", method: "POST", target: "/v1/locks/a/release", body: `{"force":true}`, status: 400,
-			contain: []string{`unknown field \"force\"`, "release takes no fields"}},
+			contain: []string{`unknown field \"force\"`, `the only field is \"token\"`}},
 		{name: "release malformed", method: "POST", target: "/v1/locks/a/release", body: `{`, status: 400, contain: []string{"truncated"}},
 		{name: "release too large", method: "POST", target: "/v1/locks/a/release", body: "{}" + strings.Repeat("\n", sidecarclient.MaxBodyBytes), status: 413},
 		{name: "release not held", method: "POST", target: "/v1/locks/a/release",
-			setup:  func(t *testing.T, f *fakeService) { f.release = releaseWants(t, "a", idle, sidecarclient.ErrNotHeld) },
+			setup: func(t *testing.T, f *fakeService) {
+				f.release = releaseWants(t, "a", 0, idle, sidecarclient.ErrNotHeld)
+			},
 			status: 409, contain: []string{`"code":"not_held"`, "nothing to release", `"state":"idle"`}},
 		{name: "release not try mode", method: "POST", target: "/v1/locks/a/release",
 			setup: func(t *testing.T, f *fakeService) {
-				f.release = releaseWants(t, "a", sidecarclient.LockStatus{}, sidecarclient.ErrNotTryMode)
+				f.release = releaseWants(t, "a", 0, sidecarclient.LockStatus{}, sidecarclient.ErrNotTryMode)
 			},
 			status: 409, contain: []string{"not in Try mode", "cannot release"}},
 		{name: "release unknown", method: "POST", target: "/v1/locks/q/release",
 			setup: func(t *testing.T, f *fakeService) {
 				withDeclared(f)
-				f.release = releaseWants(t, "q", sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock)
+				f.release = releaseWants(t, "q", 0, sidecarclient.LockStatus{}, sidecarclient.ErrUnknownLock)
 			},
 			status: 404, contain: []string{"not declared"}},
 		{name: "release bad ID", method: "POST", target: "/v1/locks/" + long + "y/release", status: 400, contain: []string{"at most 256 bytes"}},

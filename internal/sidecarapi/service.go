@@ -15,17 +15,22 @@ type Service interface {
 	// Lock returns one declared lock; false means lockID is not a declared lock.
 	Lock(lockID string) (sidecarclient.LockStatus, bool)
 	// Acquire (Try mode only) tries to acquire lockID, waiting up to wait (0 = one try) and no
-	// longer than ctx allows. It returns sidecarclient.ErrUnknownLock, ErrNotTryMode, or ErrLocked (with the
-	// lock's current status) when it gave up; other errors are reported as internal errors.
+	// longer than ctx allows. It returns without error only with a grant: state held and the
+	// grant's fencing token. It returns sidecarclient.ErrUnknownLock, ErrNotTryMode, ErrLocked
+	// (with the lock's current status) when it gave up, ErrAcquiring while another acquisition of
+	// lockID is in progress in the pod and ErrHeldByPod while the pod holds it (a grant belongs to
+	// the one request that got it); other errors are reported as internal errors.
 	Acquire(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
-	// Release (Try mode only) releases lockID. It returns sidecarclient.ErrUnknownLock,
-	// ErrNotTryMode or ErrNotHeld.
-	Release(ctx context.Context, lockID string) (sidecarclient.LockStatus, error)
-	// Yield releases lockID and queues again behind the waiters, so that the next one is granted
-	// now: in Blocking mode the sidecar takes its turn again by itself; in Try mode Yield then
-	// acquires again, waiting up to wait as Acquire does. It returns sidecarclient.ErrUnknownLock,
-	// ErrNotHeld, ErrShuttingDown, or (Try mode) ErrLocked when not granted again within wait.
-	Yield(ctx context.Context, lockID string, wait time.Duration) (sidecarclient.LockStatus, error)
+	// Release (Try mode only) releases lockID: only the grant with token when token is not 0, any
+	// grant the pod holds when it is. It returns sidecarclient.ErrUnknownLock, ErrNotTryMode,
+	// ErrNotHeld, or ErrTokenMismatch (with the lock's status, its grant left alone).
+	Release(ctx context.Context, lockID string, token int64) (sidecarclient.LockStatus, error)
+	// Yield releases lockID (only the grant with token when token is not 0) and queues again
+	// behind the waiters, so that the next one is granted now: in Blocking mode the sidecar takes
+	// its turn again by itself; in Try mode Yield then acquires again, waiting up to wait as
+	// Acquire does. It returns sidecarclient.ErrUnknownLock, ErrNotHeld, ErrTokenMismatch,
+	// ErrShuttingDown, or (Try mode) ErrLocked when not granted again within wait.
+	Yield(ctx context.Context, lockID string, token int64, wait time.Duration) (sidecarclient.LockStatus, error)
 	// Subscribe registers for push notices. The channel closes on cancel or when the sidecar shuts
 	// down; cancel must be safe to call more than once and after shutdown. A subscriber that reads
 	// too slowly may miss events; how many are buffered is up to the implementation.

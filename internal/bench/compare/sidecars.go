@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -161,6 +162,7 @@ type sidecarProc struct {
 	metrics string
 	out     testenv.SyncBuffer
 	exited  chan struct{}
+	token   atomic.Int64 // of the grant Acquire got, for Release
 }
 
 // stop kills the process and waits for it.
@@ -174,16 +176,18 @@ func (p *sidecarProc) Close() { p.stop() }
 
 // Acquire implements Contender: POST /v1/locks/{id}/acquire, waiting up to the API's longest wait.
 func (p *sidecarProc) Acquire(ctx context.Context) (Holding, error) {
-	if _, err := p.client.Acquire(ctx, p.lockID, 10*time.Minute); err != nil {
+	st, err := p.client.Acquire(ctx, p.lockID, 10*time.Minute)
+	if err != nil {
 		return nil, err
 	}
+	p.token.Store(st.Token)
 	return p, nil
 }
 
 // Release implements Holding: POST /v1/locks/{id}/release, which returns once the record is
 // given back.
 func (p *sidecarProc) Release(ctx context.Context) error {
-	_, err := p.client.Release(ctx, p.lockID)
+	_, err := p.client.Release(ctx, p.lockID, p.token.Load())
 	return err
 }
 

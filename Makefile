@@ -140,8 +140,10 @@ check-generated: ## fail when zz_generated.deepcopy.go, the CRDs or the RBAC dif
 	  if [ -n "$$stale" ]; then echo "generated files are stale: run make generate manifests"; exit 1; fi
 
 .PHONY: soak
-soak: ## 1,000 simulated histories per fault class
+soak: ## 1,000 simulated histories per fault class of the lock, and 1,000 of the one-pod class of the sidecar's API
 	$(GO) test -race -count=1 -timeout 3h -v ./lock/ -run 'TestSimulation' -sim.histories=1000 2>&1 \
+	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
+	$(GO) test -race -count=1 -timeout 1h -v ./sidecar/ -run 'TestSimulationOnePod' -onepod.histories=1000 2>&1 \
 	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
 
 .PHONY: chaos

@@ -48,7 +48,23 @@ type Holder struct {
 	stopAll       context.CancelFunc
 
 	back holdBack // keeps the holder away from its locks while its pod should not hold them; guarded by mu
+
+	// mutations selects deliberately wrong variants of the holder, for the one-pod simulation's
+	// mutation test only (onepodsim_test.go sets it); zero everywhere else.
+	mutations holderMutations
 }
+
+// holderMutations are deliberately wrong variants of the Holder's Try-mode API, so that the
+// one-pod simulation can prove that its checks catch them.
+type holderMutations uint8
+
+const (
+	// mutSharedGrant: a second acquire while the pod holds or is acquiring the lock is answered
+	// with the pod's current status, as if it were granted.
+	mutSharedGrant holderMutations = 1 << iota
+	// mutReleaseAnyToken: a release is not bound to its token.
+	mutReleaseAnyToken
+)
 
 type lockState struct {
 	status   sidecarclient.LockStatus
@@ -444,6 +460,10 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 		return st, err
 	}
 	ending, err := h.startAcquiring(id)
+	if errors.Is(err, errSharedGrant) {
+		st, _ := h.Lock(id) // the mutant: whatever the pod has, as if granted
+		return st, nil
+	}
 	if err != nil {
 		st, _ := h.Lock(id)
 		if errors.Is(err, sidecarclient.ErrShuttingDown) {
@@ -491,6 +511,9 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	return st, nil
 }
 
+// errSharedGrant is how startAcquiring tells Acquire to answer as the mutSharedGrant variant does.
+var errSharedGrant = errors.New("sidecar: shared grant (test variant)")
+
 // startAcquiring marks a Try-mode acquisition of id as in progress, unless the holder is shutting
 // down (ErrShuttingDown), another one is (ErrAcquiring) or the pod holds id (ErrHeldByPod). It
 // returns the pod's grant of id that passed its deadline and is ending, if any. doneAcquiring
@@ -502,6 +525,8 @@ func (h *Holder) startAcquiring(id string) (ending *lock.Lease, err error) {
 	switch {
 	case h.stopping:
 		return nil, fmt.Errorf("%w: not acquiring %s", sidecarclient.ErrShuttingDown, id)
+	case h.mutations&mutSharedGrant != 0 && (s.acquiring || s.lease != nil && s.lease.Remaining() > 0):
+		return nil, errSharedGrant
 	case s.acquiring:
 		return nil, fmt.Errorf("%w: another request of this pod is acquiring %s", sidecarclient.ErrAcquiring, id)
 	case s.lease != nil && s.lease.Remaining() > 0:
@@ -566,7 +591,7 @@ func (h *Holder) Release(ctx context.Context, id string, token int64) (sidecarcl
 	switch {
 	case lease == nil:
 		return st, fmt.Errorf("%w: %s", sidecarclient.ErrNotHeld, id)
-	case token != 0 && token != lease.Token():
+	case token != 0 && token != lease.Token() && h.mutations&mutReleaseAnyToken == 0:
 		return st, errOtherGrant(id, lease.Token(), token)
 	}
 	err := h.release(ctx, id, lease, "")

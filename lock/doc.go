@@ -62,11 +62,11 @@
 //     over a grant without waiting only when it is its own ended grant, or, with
 //     WithZeroWaitRestart, a grant of a dead earlier incarnation of its identity that knew the
 //     same restart secret: a copied identity alone takes nothing over.
-//   - Records are never taken over on an observation of another record, and an observation that
-//     no read has confirmed for a lease plus the request timeout is void. Deleting or restoring
-//     owner records behind the lock's back still lets a new grant overlap an old one for up to a
-//     renew interval, and a restored record issues its tokens again (README, "Restoring the
-//     keyspace").
+//   - Records are never taken over on an observation of another record: only reads of the very
+//     same write count. Deleting or restoring owner records behind the lock's back still lets a
+//     new grant overlap an old one for up to a renew interval, a restored record issues its tokens
+//     again, and a restore that brings back a write a running Locker observed before is not seen
+//     (README, "Restoring the keyspace").
 //
 // The simulation tests of this package check these claims on seeded histories with faults, and a
 // mutation test makes sure that each of a set of deliberately unsafe variants of the lock is

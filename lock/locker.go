@@ -147,9 +147,13 @@ func (l *Locker) forget(lease *Lease) {
 //
 // A record counts as unchanged only while reads return the very same write (sameWrite): a record
 // restored from a backup and granted again from there can reach an earlier version, owner and token
-// again, never the same write. An observation that no read has confirmed for observationLife is
-// void: what happened to the record meanwhile is unknown (it may have moved on and been restored to
-// this very write), so the next read starts a new observation, whatever it returns.
+// again, never the same write. An older-looking record read more than observationLife after the
+// last read that confirmed the observation replaces it: the observed record is gone for good, and
+// the one read is observed from then on, for a full lease. The same write read again after any gap
+// keeps its observation: records only move forward, so it was unchanged all along (a TryAcquire
+// caller that asks now and then takes a dead holder's lock over once a lease has passed between
+// two of its calls). What that cannot see is a backup restored while Lockers run that brings back
+// the very write a Locker saw before: the README's restore procedure restarts every process.
 func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) (seenAt time.Time, current bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -162,11 +166,13 @@ func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) (seenA
 		}
 		return o.seenAt, true
 	}
-	valid := ok && receivedAt.Sub(o.lastAt) <= l.opts.observationLife(o.rec)
 	switch {
-	case valid && o.rec.sameWrite(rec):
+	case ok && o.rec.sameWrite(rec):
 		o.lastAt = later(o.lastAt, receivedAt)
-	case valid && rec.olderThan(o.rec):
+		if o.rec.GrantedAt.IsZero() || o.rec.RenewedAt.IsZero() {
+			o.rec = rec // the times a conditional write's answer lacked
+		}
+	case ok && rec.olderThan(o.rec) && receivedAt.Sub(o.lastAt) <= l.opts.observationLife(o.rec):
 		return o.seenAt, false
 	default:
 		o = observation{rec: rec, seenAt: receivedAt, lastAt: receivedAt}
@@ -563,8 +569,9 @@ func (a *acquisition) followHead(now time.Time, queue []QueueEntry, ahead int) {
 			continue
 		}
 		if !e.Same(a.head) {
-			a.head, a.headSince, a.grantableSince = e, now, time.Time{}
+			a.headSince, a.grantableSince = now, time.Time{}
 		}
+		a.head = e // with its latest write stamp: skipHead removes it as last seen
 		return
 	}
 }
@@ -799,7 +806,7 @@ func (a *acquisition) granted(ctx context.Context, next Record, sent time.Time) 
 }
 
 // casFirst is a step that starts from a free record we know of: the one this Locker's own release
-// wrote when nobody was queued that we knew of, or the one a release hint named. Instead of
+// wrote when nobody was queued that we knew of (never one a hint named: see step). Instead of
 // reading the record and then writing the grant, it sends the grant, conditioned on exactly that
 // free record, together with a queue read: one round trip instead of two. The condition keeps it
 // safe (the write applies only if nothing changed since that release: rule 1); the queue read
@@ -1031,9 +1038,17 @@ func (l *Locker) dequeue(ctx context.Context, lockID string, e, next QueueEntry)
 // dead, then tells next (if set) that it moved up. It removes e as the write it was seen with
 // (e.Written, see Store.Dequeue): a waiter that was alive after all and wrote its entry again
 // keeps it, whatever the clocks of the two say.
+//
+// An entry without a stamp (a store that cannot report one) is left to its TTL: a removal at our
+// clock could overrule the waiter's later writes.
 func (l *Locker) removeOther(ctx context.Context, lockID string, e, next QueueEntry) {
-	if l.opts.mutations.has(mutRemoveAtOwnClock) {
+	switch {
+	case l.opts.mutations.has(mutRemoveAtOwnClock):
 		e.Written = 0
+	case e.Written == 0:
+		l.opts.log.V(1).Info("not removing a queue entry whose write stamp is unknown; it ages out", "lock", lockID, "entry", e.Owner)
+		l.hintAhead(lockID, next)
+		return
 	}
 	l.dequeue(ctx, lockID, e, next)
 }

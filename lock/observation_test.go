@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -103,4 +104,40 @@ func observationOutlivesRecord(t *testing.T, waiterOpts ...lock.Option) (problem
 		return "the waiter was not granted within 5 leases of the release"
 	}
 	return ""
+}
+
+// TestTryAcquireFarApartTakesOverADeadHolder: a TryAcquire caller that asks far apart (every 10
+// s, lease 3 s) takes a dead holder's lock over at its second call: the record read is the very
+// same write both times, so it was unchanged all along, however long ago the first read was.
+func TestTryAcquireFarApartTakesOverADeadHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx := context.Background()
+		const lease = 3 * time.Second
+		dying := mem.Client(1, fastFaults)
+		holder, _ := lock.New(dying, lock.Owner{Identity: "ns/holder/uid", Incarnation: "1"}, lock.WithLease(lease))
+		if _, err := holder.Acquire(ctx, "x"); err != nil {
+			t.Fatal(err)
+		}
+		dying.Crash() // the holder's process dies without releasing
+		defer time.Sleep(2 * lease)
+		try, _ := lock.New(mem.Client(2, fastFaults), lock.Owner{Identity: "ns/cron/uid", Incarnation: "1"}, lock.WithLease(lease))
+		start := time.Now()
+		for call := 1; call <= 3; call++ {
+			l, err := try.TryAcquire(ctx, "x")
+			if err == nil {
+				t.Logf("granted at call %d, %v after the first", call, time.Since(start))
+				_ = l.Release(ctx)
+				if call > 2 {
+					t.Errorf("granted only at call %d; want the second (a lease had passed since the first)", call)
+				}
+				return
+			}
+			if !errors.Is(err, lock.ErrLocked) {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Second)
+		}
+		t.Fatal("a TryAcquire every 10 s never took over the dead holder's lock (lease 3 s)")
+	})
 }

@@ -871,6 +871,9 @@ func adminOverlap(h history, a, b interval) bool {
 	lease := max(h.class.lease, h.class.contenderLease)
 	window := lease/3 + 2*(lease/6) + h.class.lease/10 // renew interval, two request timeouts, scheduling
 	for _, e := range h.events {
+		// a was granted before the administrator's change and b after it (on what the change left,
+		// or on a record granted from there: a new lineage of the record), while a's holder could
+		// not know yet. Two grants made after the change are never excused.
 		if e.Admin && e.At.After(a.committed) && !e.At.After(b.committed) && !a.ended.After(e.At.Add(window)) {
 			return true
 		}

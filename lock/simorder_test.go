@@ -100,7 +100,8 @@ func queuedEntry(h history, a attempt, t time.Time) (memstore.QueuedEntry, bool)
 // the waiter ay with entry y at grant, or "" when none does.
 func excuse(h history, grant memstore.Event, x interval, ax, ay attempt, y memstore.QueuedEntry) string {
 	switch {
-	case h.class.zeroWait && grant.Prev.Held() && identityOf(grant.Prev.Owner) == identityOf(x.owner):
+	case grant.Prev.Held() && identityOf(grant.Prev.Owner) == identityOf(x.owner) &&
+		restartTag(grant.Prev.Owner) != "" && restartTag(grant.Prev.Owner) == restartTag(x.owner):
 		return excuseZeroWait
 	case faulted(h, ay.client, y.Since.Add(-time.Second), x.committed):
 		return excuseFaulted
@@ -206,11 +207,22 @@ func attemptOf(h history, owner string, t time.Time) (attempt, bool) {
 	return h.attempts[i], true
 }
 
-// faulted reports whether a fault hit client (or everyone) between from and to.
+// faulted reports whether a fault hit client between from and to. Faults of the lock as a whole (a
+// revocation, an administrator's change) excuse no overtake.
 func faulted(h history, client int, from, to time.Time) bool {
 	return slices.ContainsFunc(h.faultLog, func(f faultAt) bool {
-		return (f.client == client || f.client == -1) && !f.from.After(to) && !f.to.Before(from)
+		return f.client == client && !f.from.After(to) && !f.to.Before(from)
 	})
+}
+
+// restartTag returns the restart tag an owner string carries (lock.WithZeroWaitRestart), "" when
+// none: a zero-wait takeover needs the same one.
+func restartTag(owner string) string {
+	inc := owner[strings.LastIndex(owner, "#")+1:]
+	if i := strings.LastIndex(inc, "~"); i >= 0 {
+		return inc[i+1:]
+	}
+	return ""
 }
 
 // identityOf returns the identity part of an owner string.

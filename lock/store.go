@@ -46,9 +46,14 @@ func (r Record) sameState(o Record) bool {
 // times are never compared as times; they only tell apart two writes that reached the same
 // version, owner and token by different paths: a record restored from a backup and granted again
 // from there repeats an earlier state exactly, but not the moment it was written.
+//
+// A time that one of the two records lacks (zero) matches any: a conditional write that did not
+// apply answers with the compared columns only, without the times.
 func (r Record) sameWrite(o Record) bool {
-	return r.sameState(o) && r.GrantedAt.Equal(o.GrantedAt) && r.RenewedAt.Equal(o.RenewedAt)
+	return r.sameState(o) && sameTime(r.GrantedAt, o.GrantedAt) && sameTime(r.RenewedAt, o.RenewedAt)
 }
+
+func sameTime(a, b time.Time) bool { return a.IsZero() || b.IsZero() || a.Equal(b) }
 
 // olderThan reports whether r is an earlier state of the lock than o. Records are ordered by
 // (Token, Version): within one record both only grow, and a record created again starts at a token

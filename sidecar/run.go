@@ -85,13 +85,18 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		metrics.WatchHints(hinter.Stats)
 		log.Info("listening for hand-off hints", "address", "udp://"+hinter.Addr())
 	}
-	// Zero-wait restart: a restarted sidecar of this pod takes its predecessor's grants over at
-	// once, proven by the secret in the pod's emptyDir (see openRestartProof).
-	if secret, release, err := openRestartProof(opts.SocketPath); err != nil {
-		log.Info("zero-wait restart is off: a grant of an earlier sidecar of this pod is waited out like anybody's", "reason", err.Error())
-	} else {
-		defer release()
-		lockOpts = append(lockOpts, lock.WithZeroWaitRestart(secret))
+	// Zero-wait restart, in Blocking mode: a restarted sidecar of this pod takes its predecessor's
+	// grants over at once, proven by the secret in the pod's emptyDir (see openRestartProof). The
+	// grant was the sidecar's own. Not in Try mode: there the grant belongs to an app process that
+	// may still be acting on it, which a restarted sidecar cannot know, so it waits the grant out.
+	if opts.Mode == batonv1.ModeBlocking {
+		secret, release, err := openRestartProof(opts.SocketPath)
+		if err != nil {
+			log.Info("zero-wait restart is off: a grant of an earlier sidecar of this pod is waited out like anybody's", "reason", err.Error())
+		} else {
+			defer release()
+			lockOpts = append(lockOpts, lock.WithZeroWaitRestart(secret))
+		}
 	}
 	holder, err := NewInstrumentedHolder(opts, store, log.WithName("holder"), metrics, lockOpts...)
 	if err != nil {

@@ -68,3 +68,35 @@ func TestCopiedIdentityQueuesLikeAStranger(t *testing.T) {
 	default:
 	}
 }
+
+// TestTryModeRestartWaitsOutTheAppsGrant: in Try mode the grant belongs to the app process that
+// asked for it, which may still act on it when the sidecar restarts, so the restarted sidecar has
+// no zero-wait restart: it grants nobody the lock before the old grant's lease ran out.
+func TestTryModeRestartWaitsOutTheAppsGrant(t *testing.T) {
+	ns := fmt.Sprintf("e2e-tryrestart-%d", time.Now().UnixNano())
+	socket := filepath.Join(t.TempDir(), "baton.sock")
+	first := startSidecarAt(t, ns, "worker", socket, "BATON_MODE=Try")
+	held, err := first.client.Acquire(context.Background(), "orders", 0)
+	if err != nil || !held.Granted() {
+		t.Fatalf("acquire of a free lock: %+v, %v", held, err)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	first.exited <- <-first.exited // gone; the cleanup reads it again
+	killed := time.Now()
+	restarted := startSidecarAt(t, ns, "worker", socket, "BATON_MODE=Try")
+	if st, err := restarted.client.Acquire(context.Background(), "orders", 0); err == nil {
+		t.Fatalf("the restarted Try-mode sidecar granted token %d %v after the kill, while the app's grant %d may still be in use",
+			st.Token, time.Since(killed).Round(time.Millisecond), held.Token)
+	}
+	st, err := restarted.client.Acquire(context.Background(), "orders", 3*lease)
+	if err != nil || !st.Granted() {
+		t.Fatalf("acquire with a wait after the restart: %+v, %v", st, err)
+	}
+	if after := time.Since(killed); after < lease-lease/10 {
+		t.Fatalf("granted %v after the kill; the app's grant was valid until at least %v after it", after, lease-lease/10)
+	} else {
+		t.Logf("granted token %d %v after the kill (lease %v)", st.Token, after.Round(time.Millisecond), lease)
+	}
+}

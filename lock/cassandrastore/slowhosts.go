@@ -32,9 +32,9 @@ const (
 // hung node still comes last), and within each kind the one marked longest ago comes first: the
 // host that failed last is tried last. That order matters once every host the session can use is
 // marked. A quorum loss marks every coordinator a session tries, and only those it uses again are
-// cleared; a restarted node is not used for a while (ClusterConfig). When the partition's first
-// replica then hung, the inner plan's order sent it every request until the lease ran out (issue
-// 22: a sidecar lost both its locks 3.9 s into such a hang).
+// cleared; a node that just restarted may not be in use yet (ReconnectInterval). When the
+// partition's first replica then hung, the inner plan's order sent it every request until the
+// lease ran out (issue 22: a sidecar lost both its locks 3.9 s into such a hang).
 //
 // It only reorders hosts: no request is retried or sent twice (a lightweight transaction never
 // is; an unknown outcome is settled by the lock, rule 5). It is also the session's query observer,

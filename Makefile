@@ -149,14 +149,14 @@ soak: ## 1,000 simulated histories per fault class of the lock, and 1,000 of the
 	  | grep -E '^(simulation |--- FAIL|FAIL|ok|panic:|\s+\S+_test\.go)'
 
 .PHONY: chaos
-chaos: install-deps ## chaos on a three-node Cassandra: sidecars and baton run processes, fenced writes, every fault class under each workload (CHAOSFLAGS; default 3 runs of 20 s each, about 66 min; as root); make test runs one short mixed run per workload
+chaos: install-deps ## chaos on a three-node Cassandra: sidecars and baton run processes, fenced writes, every fault class under each workload (CHAOSFLAGS; default 3 runs of 20 s each, about 73 min; as root); make test runs one short mixed run per workload
 	@mkdir -p $(OUT)
 	$(GO) test -race -count=1 -timeout 3h -v ./internal/chaos/ -run '^TestChaos$$' \
 	  -chaos.classes=$(CHAOS_CLASSES) -chaos.workloads=hold,cycle,run -chaos.runs=3 -chaos.duration=20s $(CHAOSFLAGS) 2>&1 | tee $(OUT)/chaos.log \
 	  | grep -E --line-buffered '^(\s*--- |ok|FAIL|panic:|\s+\S+_test\.go:[0-9]+: |\s+\|)'
 	@! grep -qE '^(FAIL|panic:|\s*--- FAIL)' $(OUT)/chaos.log
 
-CHAOS_CLASSES = none,kill,pause,clock,partition,revoke,storm,malformed,node-kill,node-pause,quorum-loss,mixed
+CHAOS_CLASSES = none,kill,pause,clock,partition,revoke,storm,malformed,node-kill,node-pause,quorum-loss,restart-hang,mixed
 
 .PHONY: bench
 bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admission, and BRIEF §7 side by side (old algorithm, plain LWT, baton in process, baton sidecar processes with UDP hints, client-go; the comparison alone about 10 min)

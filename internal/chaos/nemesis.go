@@ -30,12 +30,17 @@ const (
 	ClassNodeKill   = "node-kill"   // kill -9 of one Cassandra node, restarted after one to two leases
 	ClassNodePause  = "node-pause"  // SIGSTOP of one Cassandra node for one to three leases (quorum stays)
 	ClassQuorumLoss = "quorum-loss" // SIGSTOP of two of three Cassandra nodes for one to two leases
-	ClassMixed      = "mixed"       // each fault of the next class above that the config can run, in turn
+	// ClassRestartHang: kill -9 of one Cassandra node, restarted within a lease; as soon as it is
+	// back, SIGSTOP of the other two for a lease (quorum lost) and SIGCONT; once the lock is held
+	// again, SIGSTOP of one of those two for two to three leases (quorum stays). The hung node is
+	// each node in turn, the first contact point included.
+	ClassRestartHang = "restart-hang"
+	ClassMixed       = "mixed" // each fault of the next class above that the config can run, in turn
 )
 
 // Classes lists the fault classes.
 var Classes = []string{ClassNone, ClassKill, ClassPause, ClassClock, ClassPartition, ClassRevoke, ClassStorm,
-	ClassMalformed, ClassNodeKill, ClassNodePause, ClassQuorumLoss, ClassMixed}
+	ClassMalformed, ClassNodeKill, ClassNodePause, ClassQuorumLoss, ClassRestartHang, ClassMixed}
 
 // ErrUnavailable is returned by Run for a class the config or the machine cannot run (no Nodes, no
 // Revoke, not root, no iptables or unshare).
@@ -45,7 +50,7 @@ var ErrUnavailable = errors.New("chaos: fault class unavailable")
 func (cfg Config) canRun(class string) error {
 	need := func(what string) error { return fmt.Errorf("%w: %s needs %s", ErrUnavailable, class, what) }
 	switch class {
-	case ClassNodeKill, ClassNodePause, ClassQuorumLoss:
+	case ClassNodeKill, ClassNodePause, ClassQuorumLoss, ClassRestartHang:
 		if cfg.Nodes == nil || len(cfg.Nodes.Hosts()) < 3 {
 			return need("Config.Nodes with three nodes")
 		}
@@ -115,7 +120,10 @@ func (r *run) nemesis(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		w.Name, w.Start = class+" "+w.Name, start
+		w.Name = class + " " + w.Name
+		if w.Start.IsZero() {
+			w.Start = start
+		}
 		if w.End.IsZero() {
 			w.End = time.Now()
 		}
@@ -184,6 +192,8 @@ func (r *run) inject(ctx context.Context, class string) (w Window, ok bool, err 
 		return w, true, err
 	case ClassNodeKill, ClassNodePause, ClassQuorumLoss:
 		return r.nodeFault(ctx, class)
+	case ClassRestartHang:
+		return r.restartThenHang(ctx)
 	}
 	return Window{}, false, fmt.Errorf("no fault class %q", class)
 }
@@ -313,6 +323,82 @@ func (r *run) nodeFault(ctx context.Context, class string) (w Window, ok bool, e
 		w.End = time.Now() // before the nodes resume: grants may come at once after
 		return w, true, err
 	}
+}
+
+// restartThenHang replays the sequence that cost a sidecar its locks in an outside chaos run
+// (issue 22): one node is killed and started again at once; as soon as every node sees it up,
+// quorum is lost for a lease (the other two nodes stopped) and comes back; and once the lock is
+// held again, one of those two nodes hangs (SIGSTOP) for two to three leases while the restarted
+// node and the third keep quorum. The hung node is each node in turn, from one the seed chooses,
+// so that three such faults (in one run, or in runs of consecutive seeds) hang every node once:
+// the first contact point, and the lock's first replica. It records three windows: the restart
+// (quorum stays), the quorum loss (no grants) and the hang (quorum stays: no hold may be lost).
+func (r *run) restartThenHang(ctx context.Context) (w Window, ok bool, err error) {
+	nodes := r.cfg.Nodes
+	hosts := nodes.Hosts()
+	n := len(hosts)
+	h := int((r.cfg.Seed + uint64(r.hangTurn)) % uint64(n))
+	r.hangTurn++
+	k := (h + 1 + r.rng.IntN(n-1)) % n // restarted
+	j := (h + 1) % n                   // the third
+	if j == k {
+		j = (k + 1) % n
+	}
+	window := func(name string) Window {
+		w := Window{Name: name, Start: time.Now()}
+		if p := r.holder(); p != nil {
+			w.Token, _ = p.held()
+		}
+		return w
+	}
+	record := func(w Window) { // the nemesis records and names the last window, the hang
+		w.End = time.Now()
+		w.Name = ClassRestartHang + " " + w.Name
+		r.addFault(w)
+	}
+
+	restarted := window(hosts[k] + " restarted")
+	restarted.KeepHolds = true
+	var startErr error
+	restart := r.onHeal(func() { startErr = nodes.StartNode(context.WithoutCancel(ctx), k) })
+	if err := nodes.KillNode(ctx, k); err != nil {
+		restart()
+		return w, false, errors.Join(err, startErr)
+	}
+	sleepErr := ctxtime.Sleep(ctx, r.between(0, 1))
+	restart()
+	record(restarted)
+	if err := errors.Join(sleepErr, startErr); err != nil {
+		return w, false, err
+	}
+
+	lost := window(hosts[h] + " " + hosts[j] + " quorum lost")
+	lost.NoGrants = true
+	resume, err := r.stopNodes(h, j)
+	if err != nil {
+		return w, false, err
+	}
+	sleepErr = ctxtime.Sleep(ctx, r.cfg.Lease)
+	record(lost) // ends before the nodes resume: grants may come at once after
+	resume()
+	if sleepErr != nil {
+		return w, false, sleepErr
+	}
+
+	// The hang tests something only while the lock is held.
+	for deadline := time.Now().Add(2 * r.cfg.Lease); r.holder() == nil && time.Now().Before(deadline); {
+		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return w, false, err
+		}
+	}
+	w = window(hosts[h] + " hung")
+	w.KeepHolds = true
+	r.cfg.Log.V(1).Info("node restarted and quorum back; hanging a node", "restarted", hosts[k], "hung", hosts[h])
+	if resume, err = r.stopNodes(h); err != nil {
+		return w, false, err
+	}
+	defer resume()
+	return w, true, ctxtime.Sleep(ctx, r.between(2, 3))
 }
 
 // stopNodes sends SIGSTOP to the nodes; resume sends them SIGCONT.

@@ -178,6 +178,7 @@ type run struct {
 	procs     []*proc
 	wg        sync.WaitGroup
 	faulting  atomic.Bool  // a fault is in place
+	hangTurn  int          // ClassRestartHang faults so far: which node the next one stops
 	healedAt  atomic.Int64 // when the last fault healed (Unix nanoseconds)
 
 	startMu sync.Mutex

@@ -29,6 +29,10 @@ type Connection struct {
 	Credentials
 }
 
+// ReconnectInterval is how often a session tries again to connect to the nodes it counts down:
+// a restarted node is used again at most this long after it answers CQL.
+const ReconnectInterval = time.Second
+
 // Credentials are what a Connection proves and checks: a password login and TLS. They are kept
 // apart from the addresses so that the operator can hold its own for its default contact points.
 type Credentials struct {
@@ -60,6 +64,13 @@ func (c Connection) ClusterConfig() (*gocql.ClusterConfig, error) {
 	cc := gocql.NewCluster(c.ContactPoints...)
 	cc.Consistency, cc.SerialConsistency = c.consistencies()
 	cc.Timeout, cc.ConnectTimeout = 5*time.Second, 5*time.Second
+	// A node that comes back (a restart) is used again within ReconnectInterval. Left to node-up
+	// events, the driver waits 10 s more before it connects to a node that runs Cassandra 3.0 to
+	// 5.0 (its check for releases before 2.2 compares major and minor version apart), and misses
+	// the node altogether until its 60 s default interval if the event was lost with its control
+	// connection (a hung first contact point). Meanwhile a session has one node fewer to turn to
+	// if another one hangs.
+	cc.ReconnectInterval = ReconnectInterval
 	// Token-aware: a replica of the lock's partition coordinates (the first in token order, so one
 	// lock's transactions meet on one coordinator), with slow coordinators tried last.
 	// With a data-centre local consistency no other data centre ever coordinates: see

@@ -170,6 +170,11 @@ func TestConnectionClusterConfig(t *testing.T) {
 		t.Errorf("plain connection: host policy %T, query observer %T; want one slow-host policy as both",
 			cc.PoolConfig.HostSelectionPolicy, cc.QueryObserver)
 	}
+	// A restarted node is used again within a second (TestTrioHungNodeAfterRestart), not after the
+	// driver's 10 s node-up delay or 60 s default.
+	if cc.ReconnectInterval != cassandrastore.ReconnectInterval || cassandrastore.ReconnectInterval > time.Second {
+		t.Errorf("plain connection: reconnect interval %v, want %v", cc.ReconnectInterval, cassandrastore.ReconnectInterval)
+	}
 
 	conn = cassandrastore.Connection{ContactPoints: []string{"db:9042"}, LocalDC: "dc1",
 		Consistency: gocql.LocalQuorum, SerialConsistency: gocql.LocalSerial,

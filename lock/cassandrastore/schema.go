@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 )
@@ -25,6 +26,16 @@ const DefaultReplication = "{'class': 'SimpleStrategy', 'replication_factor': 1}
 // own TTL (seconds) and ages out by itself; the queue decides fairness, never safety. The owner
 // table keeps Cassandra's default: it has no deletes and no TTLs.
 const QueueGCGraceSeconds = 60
+
+// SpeculativeRetry is the speculative_retry of both lock tables: a QUORUM read is sent to one
+// replica more than the quorum at once and is answered by the first quorum, so that a hung or
+// dead replica that its coordinator has not yet marked down costs it nothing (issue 22). With the
+// default ('99p') a coordinator asks only a quorum and turns to the third replica after a latency
+// learnt from its own reads, which a node that coordinated few reads of the table has not learnt:
+// its reads waited for the hung replica past every deadline of the lock. The tables are tiny and
+// read a few times a second per waiter, so the extra replica read costs little. Lightweight
+// transactions and SERIAL reads (Paxos) always ask every live replica and are not affected.
+const SpeculativeRetry = "ALWAYS"
 
 // ErrSchema is returned when the keyspace lacks baton's tables or holds a newer schema version.
 var ErrSchema = errors.New("cassandrastore: schema")
@@ -55,7 +66,8 @@ func schemaStatements(ks, replication string) []string {
 			revoked boolean,
 			granted_at timestamp,
 			renewed_at timestamp
-		) WITH comment = 'baton lock owner records: written only by LWT'`, ks),
+		) WITH speculative_retry = '%s'
+		  AND comment = 'baton lock owner records: written only by LWT'`, ks, SpeculativeRetry),
 		// Plain writes with TTL; tombstones of finished waiters are purged quickly (see
 		// QueueGCGraceSeconds).
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.lock_queue (
@@ -66,7 +78,8 @@ func schemaStatements(ks, replication string) []string {
 			PRIMARY KEY (lock_id, enqueued, owner)
 		) WITH CLUSTERING ORDER BY (enqueued ASC, owner ASC)
 		  AND gc_grace_seconds = %d
-		  AND comment = 'baton lock queues: waiters in arrival order'`, ks, QueueGCGraceSeconds),
+		  AND speculative_retry = '%s'
+		  AND comment = 'baton lock queues: waiters in arrival order'`, ks, QueueGCGraceSeconds, SpeculativeRetry),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.schema_version (
 			component text PRIMARY KEY,
 			version int
@@ -96,7 +109,7 @@ func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace, replica
 			return fmt.Errorf("cassandrastore: waiting for schema agreement: %w", err)
 		}
 	}
-	if err := tuneQueueTable(ctx, session, keyspace); err != nil {
+	if err := tuneTables(ctx, session, keyspace); err != nil {
 		return err
 	}
 	if err := addHintColumn(ctx, session, keyspace); err != nil {
@@ -116,23 +129,36 @@ func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace, replica
 	return nil
 }
 
-// tuneQueueTable brings the queue table of a keyspace created by an earlier release to
-// QueueGCGraceSeconds. It changes the schema only when the setting differs.
-func tuneQueueTable(ctx context.Context, session *gocql.Session, keyspace string) error {
-	var grace int
-	err := session.Query(`SELECT gc_grace_seconds FROM system_schema.tables WHERE keyspace_name = ? AND table_name = 'lock_queue'`,
-		keyspace).ScanContext(ctx, &grace)
-	if err != nil {
-		return fmt.Errorf("cassandrastore: reading the options of %s.lock_queue: %w", keyspace, err)
-	}
-	if grace == QueueGCGraceSeconds {
-		return nil
-	}
-	if err := session.Query(fmt.Sprintf(`ALTER TABLE %s.lock_queue WITH gc_grace_seconds = %d`, keyspace, QueueGCGraceSeconds)).ExecContext(ctx); err != nil {
-		return fmt.Errorf("cassandrastore: setting gc_grace_seconds of %s.lock_queue: %w", keyspace, err)
-	}
-	if err := session.AwaitSchemaAgreement(ctx); err != nil {
-		return fmt.Errorf("cassandrastore: waiting for schema agreement: %w", err)
+// tuneTables brings the tables of a keyspace created by an earlier release to this release's
+// options: QueueGCGraceSeconds on the queue table and SpeculativeRetry on both. It changes the
+// schema only where a setting differs.
+func tuneTables(ctx context.Context, session *gocql.Session, keyspace string) error {
+	for _, table := range []string{"lock_owners", "lock_queue"} {
+		var (
+			grace int
+			spec  string
+		)
+		err := session.Query(`SELECT gc_grace_seconds, speculative_retry FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
+			keyspace, table).ScanContext(ctx, &grace, &spec)
+		if err != nil {
+			return fmt.Errorf("cassandrastore: reading the options of %s.%s: %w", keyspace, table, err)
+		}
+		var set []string
+		if table == "lock_queue" && grace != QueueGCGraceSeconds {
+			set = append(set, fmt.Sprintf("gc_grace_seconds = %d", QueueGCGraceSeconds))
+		}
+		if !strings.EqualFold(spec, SpeculativeRetry) {
+			set = append(set, fmt.Sprintf("speculative_retry = '%s'", SpeculativeRetry))
+		}
+		if len(set) == 0 {
+			continue
+		}
+		if err := session.Query(fmt.Sprintf(`ALTER TABLE %s.%s WITH %s`, keyspace, table, strings.Join(set, " AND "))).ExecContext(ctx); err != nil {
+			return fmt.Errorf("cassandrastore: setting %s of %s.%s: %w", strings.Join(set, ", "), keyspace, table, err)
+		}
+		if err := session.AwaitSchemaAgreement(ctx); err != nil {
+			return fmt.Errorf("cassandrastore: waiting for schema agreement: %w", err)
+		}
 	}
 	return nil
 }

@@ -426,7 +426,7 @@ func TestRecreatedRecordStartsAboveOldTokens(t *testing.T) {
 
 // TestQueueTombstonesAreShortLived: the queue table purges the tombstones of finished waiters
 // after QueueGCGraceSeconds, also in a keyspace created by an earlier release (gc_grace 600), and
-// the owner table has no default TTL.
+// the owner table has no default TTL. Both tables of such a keyspace also get SpeculativeRetry.
 func TestQueueTombstonesAreShortLived(t *testing.T) {
 	session := single.Session(t)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -435,6 +435,8 @@ func TestQueueTombstonesAreShortLived(t *testing.T) {
 		`CREATE KEYSPACE IF NOT EXISTS ` + ks + ` WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}`,
 		`CREATE TABLE IF NOT EXISTS ` + ks + `.lock_queue (lock_id text, enqueued bigint, owner text,
 			PRIMARY KEY (lock_id, enqueued, owner)) WITH gc_grace_seconds = 600`,
+		`CREATE TABLE IF NOT EXISTS ` + ks + `.lock_owners (lock_id text PRIMARY KEY, owner text, fencing_token bigint,
+			version bigint, lease_ms bigint, revoked boolean, granted_at timestamp, renewed_at timestamp)`,
 	} {
 		if err := session.Query(stmt).ExecContext(ctx); err != nil {
 			t.Fatal(err)
@@ -451,12 +453,14 @@ func TestQueueTombstonesAreShortLived(t *testing.T) {
 		{"lock_owners", 864000, 0},
 	} {
 		var grace, ttl int
-		if err := session.Query(`SELECT gc_grace_seconds, default_time_to_live FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
-			ks, tc.table).ScanContext(ctx, &grace, &ttl); err != nil {
+		var spec string
+		if err := session.Query(`SELECT gc_grace_seconds, default_time_to_live, speculative_retry FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?`,
+			ks, tc.table).ScanContext(ctx, &grace, &ttl, &spec); err != nil {
 			t.Fatal(err)
 		}
-		if grace != tc.grace || ttl != tc.ttl {
-			t.Errorf("%s.%s: gc_grace_seconds %d, default_time_to_live %d; want %d and %d", ks, tc.table, grace, ttl, tc.grace, tc.ttl)
+		if grace != tc.grace || ttl != tc.ttl || spec != cassandrastore.SpeculativeRetry {
+			t.Errorf("%s.%s: gc_grace_seconds %d, default_time_to_live %d, speculative_retry %q; want %d, %d and %q",
+				ks, tc.table, grace, ttl, spec, tc.grace, tc.ttl, cassandrastore.SpeculativeRetry)
 		}
 	}
 }

@@ -84,6 +84,7 @@ func TestSlowHostsComeLast(t *testing.T) {
 	check("after requests cut short by their callers", "198.18.0.2", "198.18.0.3", "198.18.0.1")
 	observe(hosts[2], 3*time.Second, nil) // a late answer: the node was hung and resumed, or is loaded
 	check("after a late answer on the third", "198.18.0.2", "198.18.0.3", "198.18.0.1")
+	now = now.Add(2 * slowAnswer) // past the second's answers above
 	observe(hosts[1], slowAnswer, gocql.ErrTimeoutNoResponse)
 	// The one that answered late comes first, then those that did not answer, in plan order.
 	check("with every host slow", "198.18.0.3", "198.18.0.1", "198.18.0.2")
@@ -91,6 +92,73 @@ func TestSlowHostsComeLast(t *testing.T) {
 	check("after a prompt answer on the second", "198.18.0.2", "198.18.0.3", "198.18.0.1")
 	now = now.Add(avoidSlowFor)
 	check("once the others' time is up", "198.18.0.1", "198.18.0.2", "198.18.0.3")
+}
+
+// TestHostMarkedLastComesLast replays, on a fake clock, the plans of the session that lost its
+// locks in issue 22's chaos run (lease 5 s): quorum was lost, so every coordinator it tried was
+// marked; after quorum came back the lock's primary replica answered and was cleared, the other
+// live node stayed marked, and a restarted node was not used yet. Then the primary replica hung.
+// The plan must now start with the node marked during the quorum loss, not with the hung node
+// marked last: in the inner plan's order every renewal went to the hung primary replica until the
+// lease ran out.
+func TestHostMarkedLastComesLast(t *testing.T) {
+	hosts := testHosts(t, "198.18.0.1", "198.18.0.3") // primary replica first; 198.18.0.2 restarting
+	now := time.Unix(1_700_000_000, 0)
+	p := newSlowHostPolicy(func() gocql.HostSelectionPolicy { return fixedPlan{hosts: hosts} }, false, func() time.Time { return now })
+	observe := func(h *gocql.HostInfo, took time.Duration, err error) {
+		p.ObserveQuery(context.Background(), gocql.ObservedQuery{Host: h, Start: now.Add(-took), End: now, Err: err})
+	}
+	const timeout = 833 * time.Millisecond // the request timeout at lease 5 s
+	// Quorum lost: both time out.
+	observe(hosts[0], timeout, context.DeadlineExceeded)
+	now = now.Add(time.Second)
+	observe(hosts[1], timeout, context.DeadlineExceeded)
+	// Quorum back: the primary replica answers and is cleared.
+	now = now.Add(5 * time.Second)
+	observe(hosts[0], 20*time.Millisecond, nil)
+	if got := plan(p); got[0] != "198.18.0.1" {
+		t.Fatalf("quorum back: plan %v, want the primary replica first", got)
+	}
+	// 20 s later (a node was killed and restarted meanwhile) the primary replica hangs.
+	now = now.Add(20 * time.Second)
+	observe(hosts[0], timeout, context.DeadlineExceeded)
+	now = now.Add(400 * time.Millisecond)
+	if got := plan(p); len(got) != 2 || got[0] != "198.18.0.3" || got[1] != "198.18.0.1" {
+		t.Fatalf("primary replica hung: plan %v, want [198.18.0.3 198.18.0.1]: the host that failed last comes last", got)
+	}
+	// Marks set at the same time keep the inner plan's order.
+	q := newSlowHostPolicy(func() gocql.HostSelectionPolicy { return fixedPlan{hosts: hosts} }, false, func() time.Time { return now })
+	for _, h := range hosts {
+		q.ObserveQuery(context.Background(), gocql.ObservedQuery{Host: h, Start: now.Add(-timeout), End: now, Err: context.DeadlineExceeded})
+	}
+	if got := plan(q); got[0] != "198.18.0.1" {
+		t.Errorf("marked at once: plan %v, want the inner order", got)
+	}
+}
+
+// TestAnsweringCoordinatorIsNotMarked: a request that went unanswered (or answered late) while its
+// coordinator answered another one promptly waited on the coordinator's replicas (issue 22: QUORUM
+// reads that a live coordinator sent to a hung replica), and does not mark the coordinator; one
+// sent after the coordinator's last answer does.
+func TestAnsweringCoordinatorIsNotMarked(t *testing.T) {
+	hosts := testHosts(t, "198.18.0.1", "198.18.0.3")
+	now := time.Unix(1_700_000_000, 0)
+	p := newSlowHostPolicy(func() gocql.HostSelectionPolicy { return fixedPlan{hosts: hosts} }, false, func() time.Time { return now })
+	const timeout = 833 * time.Millisecond
+	read := gocql.ObservedQuery{Host: hosts[0], Start: now, End: now.Add(timeout), Err: context.DeadlineExceeded}
+	late := gocql.ObservedQuery{Host: hosts[0], Start: now, End: now.Add(2 * slowAnswer)}
+	cas := gocql.ObservedQuery{Host: hosts[0], Start: now.Add(100 * time.Millisecond), End: now.Add(120 * time.Millisecond)}
+	now = now.Add(2 * slowAnswer)
+	p.ObserveQuery(context.Background(), cas)
+	p.ObserveQuery(context.Background(), read)
+	p.ObserveQuery(context.Background(), late)
+	if got := plan(p); got[0] != "198.18.0.1" {
+		t.Fatalf("after a slow read while the coordinator answered: plan %v, want it still first", got)
+	}
+	p.ObserveQuery(context.Background(), gocql.ObservedQuery{Host: hosts[0], Start: now, End: now.Add(timeout), Err: context.DeadlineExceeded})
+	if got := plan(p); got[0] != "198.18.0.3" {
+		t.Fatalf("after a request unanswered since its last answer: plan %v, want it last", got)
+	}
 }
 
 // TestLocalOnlyNeverLeavesTheDataCentre: with a data-centre local consistency (LOCAL_SERIAL: Paxos

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -167,10 +171,23 @@ func TestTrioNodeDownWhileContending(t *testing.T) {
 // configure theirs (Connection.ClusterConfig), on the three-node cluster.
 func productStore(t *testing.T) *cassandrastore.Store {
 	t.Helper()
+	return observedProductStore(t, nil)
+}
+
+// observedProductStore is productStore whose session also tells observe of every request, after
+// the session's own observer (the slow-host policy) saw it.
+func observedProductStore(t *testing.T, observe func(gocql.ObservedQuery)) *cassandrastore.Store {
+	t.Helper()
 	trioStore(t) // the schema
 	cc, err := cassandrastore.Connection{ContactPoints: trio.Cluster(t).Hosts(), Keyspace: keyspace}.ClusterConfig()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if inner := cc.QueryObserver; observe != nil {
+		cc.QueryObserver = observerFunc(func(ctx context.Context, q gocql.ObservedQuery) {
+			inner.ObserveQuery(ctx, q)
+			observe(q)
+		})
 	}
 	session, err := cc.CreateSession()
 	if err != nil {
@@ -255,4 +272,218 @@ func TestTrioHungNodeWhileHolding(t *testing.T) {
 		t.Errorf("no hand-off within %v of the release while one node of three hangs", 3*testLease)
 	}
 	resume()
+}
+
+// observerFunc is a gocql.QueryObserver.
+type observerFunc func(context.Context, gocql.ObservedQuery)
+
+func (f observerFunc) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) { f(ctx, q) }
+
+// coordinators records which host coordinated each request of a session, and when.
+type coordinators struct {
+	mu   sync.Mutex
+	seen []coordinated
+}
+
+type coordinated struct {
+	host       string // IP address
+	start, end time.Time
+	stmt       string // its first word, "LWT" for a lightweight transaction
+	cons       gocql.Consistency
+	err        error
+}
+
+func (c *coordinators) observe(q gocql.ObservedQuery) {
+	if q.Host == nil {
+		return
+	}
+	stmt, _, _ := strings.Cut(strings.TrimSpace(q.Statement), " ")
+	cons := gocql.Any
+	if q.Query != nil {
+		cons = q.Query.GetConsistency()
+		if strings.Contains(q.Statement, " IF ") {
+			stmt = "LWT"
+			cons, _ = q.Query.GetSerialConsistency()
+		}
+	}
+	c.mu.Lock()
+	c.seen = append(c.seen, coordinated{q.Host.ConnectAddress().String(), q.Start, q.End, stmt, cons, q.Err})
+	c.mu.Unlock()
+}
+
+// report logs every request sent at or after since: when, to whom, how long it took.
+func (c *coordinators) report(t *testing.T, since time.Time) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for _, s := range c.seen {
+		if s.start.Before(since) {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  +%6.3fs %-9s %-7s %-6s took %4dms", s.start.Sub(since).Seconds(), s.host, s.stmt, s.cons,
+			s.end.Sub(s.start).Milliseconds())
+		if s.err != nil {
+			fmt.Fprintf(&b, " %v", s.err)
+		}
+	}
+	t.Logf("the holder's session's requests since %s:%s", since.Format("15:04:05.000"), b.String())
+}
+
+// last returns the host of the request observed last.
+func (c *coordinators) last() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.seen) == 0 {
+		return ""
+	}
+	return c.seen[len(c.seen)-1].host
+}
+
+// firstSince returns when the first request sent to host at or after since was sent.
+func (c *coordinators) firstSince(host string, since time.Time) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.seen {
+		if s.host == host && !s.start.Before(since) {
+			return s.start, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// primaryReplica returns a new lock ID whose partition's first replica, the coordinator the
+// driver's plan starts with, is node i: the coordinator store's session chose for a first read.
+func primaryReplica(t *testing.T, ctx context.Context, store *cassandrastore.Store, c *coordinators, i int) string {
+	t.Helper()
+	want := nodeIP(t, i)
+	for n := 0; n < 100; n++ {
+		id := fmt.Sprintf("%s-%d-%d", t.Name(), time.Now().UnixNano(), n)
+		if _, _, err := store.Load(ctx, id, false); err != nil {
+			t.Fatal(err)
+		}
+		if c.last() == want {
+			return id
+		}
+	}
+	t.Fatalf("no lock ID with node %d as its first replica in 100 tries", i)
+	return ""
+}
+
+// nodeIP returns node i's IP address.
+func nodeIP(t *testing.T, i int) string {
+	t.Helper()
+	ip, _, _ := net.SplitHostPort(trio.Cluster(t).NodeHost(i))
+	return ip
+}
+
+// TestTrioHungNodeAfterRestart (issue 22, item 9) replays, at the test lease, what cost an outside
+// chaos run both locks of a sidecar while quorum held. A node restarts; at once quorum is lost for
+// a lease and a half while the sidecar asks for its lock, and comes back; the sidecar takes the
+// lock and, through the same session, waits for a second one; then the lock's first replica, the
+// first contact point, hangs. The holder must keep its lock through four leases of the hang.
+//
+// What it took before the fix: the session marked every coordinator it tried during the quorum
+// loss, and only the first replica answered again before the hang. The restarted node was not
+// used for 10 s (the driver's node-up delay). Once the first replica hung and was marked too,
+// every host left was marked, and in the driver's plan order (first replica first) every renewal
+// went to the hung node. Reads of the second lock, which a live coordinator sent to the hung
+// replica, marked that coordinator again. The lease expired 2-4 s into the hang. The test also
+// checks that the session sends requests to the restarted node again within 5 s of it being up
+// (cassandrastore.ReconnectInterval; the driver's own node-up delay is 10 s).
+func TestTrioHungNodeAfterRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var coord coordinators
+	store := observedProductStore(t, coord.observe)
+	const hung, restarted, third = 0, 1, 2
+	id := primaryReplica(t, ctx, store, &coord, hung)
+	probe := primaryReplica(t, ctx, store, &coord, restarted)
+	holder := newLocker(t, store, "holder")
+	second := newLocker(t, store, "holder-second") // the sidecar's second lock: same session
+	other := newLocker(t, productStore(t), "other")
+
+	start := time.Now()
+	elapsed := func() time.Duration { return time.Since(start).Round(time.Millisecond) }
+	restart := killNode(t, restarted)
+	time.Sleep(time.Second) // every session has seen it die
+	restart()
+	up := time.Now()
+	t.Logf("%v: node %d restarted", elapsed(), restarted)
+	const backWithin = 5 * time.Second
+	restartedIP := nodeIP(t, restarted)
+	wg.Go(func() { // reads whose plan starts with the restarted node, as long as the check below looks
+		for time.Since(up) < backWithin && ctx.Err() == nil {
+			if _, ok := coord.firstSince(restartedIP, up); ok {
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, _, _ = store.Load(rctx, probe, false)
+			cancel()
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	defer func() {
+		at, ok := coord.firstSince(restartedIP, up)
+		switch {
+		case !ok:
+			t.Errorf("the session sent the restarted node nothing in the %v after it was up", time.Since(up).Round(10*time.Millisecond))
+		case at.Sub(up) > backWithin:
+			t.Errorf("the session sent the restarted node nothing for %v after it was up (want at most %v)", at.Sub(up).Round(10*time.Millisecond), backWithin)
+		default:
+			t.Logf("the session used the restarted node again %v after it was up", at.Sub(up).Round(10*time.Millisecond))
+		}
+	}()
+
+	resumeHung, resumeThird := hangNode(t, hung), hangNode(t, third)
+	acquired := make(chan *lock.Lease, 1)
+	wg.Go(func() {
+		l, err := holder.Acquire(ctx, id)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("holder: %v", err)
+		}
+		acquired <- l
+	})
+	time.Sleep(testLease * 3 / 2)
+	resumeHung()
+	resumeThird()
+	t.Logf("%v: quorum back", elapsed())
+	var lease *lock.Lease
+	select {
+	case lease = <-acquired:
+	case <-time.After(3 * testLease):
+		t.Fatalf("the holder was not granted within %v of quorum coming back", 3*testLease)
+	}
+	if lease == nil {
+		t.FailNow()
+	}
+	defer release(t, lease)
+	t.Logf("%v: the holder has its lock", elapsed())
+	otherID := id + "-second"
+	held, err := other.Acquire(ctx, otherID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, held)
+	wg.Go(func() {
+		if l, err := second.Acquire(ctx, otherID); err == nil {
+			release(t, l)
+		}
+	})
+
+	resume := hangNode(t, hung)
+	hungAt := time.Now()
+	t.Logf("%v: node %d hung", elapsed(), hung)
+	defer resume()
+	select {
+	case <-lease.Done():
+		coord.report(t, hungAt.Add(-testLease))
+		t.Fatalf("the holder lost its lock %v into the hang of node %d, right after node %d restarted, with quorum: %v",
+			time.Since(hungAt).Round(time.Millisecond), hung, restarted, lease.Err())
+	case <-time.After(4 * testLease):
+	}
+	resume()
+	t.Logf("%v: held through %v of the hang", elapsed(), 4*testLease)
 }

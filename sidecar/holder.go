@@ -97,6 +97,7 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		changes: make(chan struct{}, 1),
 	}
 	h.stopAcquiring, h.stopAll = context.WithCancel(context.Background())
+	h.back.holdBackUntilRead(opts)
 	// Zero-wait restart is safe here: the identity holds the pod UID and the kubelet never runs two
 	// incarnations of the sidecar container at once, so an earlier incarnation's grant is dead.
 	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithObserver(h.observe),
@@ -179,9 +180,14 @@ func (h *Holder) hold(ctx context.Context, id string) {
 			yielded <- yieldErr
 			yielded = nil
 		}
+		endAcquiring, err := h.beginAcquiring()
+		if err != nil {
+			continue // held back since holdBackState: the top of the loop waits
+		}
 		waitCtx, stopWaiting := context.WithCancel(ctx)
 		stop := context.AfterFunc(leave, stopWaiting) // held back meanwhile: leave the queue
 		lease, err := h.locker.Acquire(waitCtx, h.opts.StoreLockID(id))
+		endAcquiring()
 		stop()
 		stopWaiting()
 		if err != nil {
@@ -408,11 +414,14 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	if st, _ := h.Lock(id); st.State == sidecarclient.StateHeld {
 		return st, nil
 	}
+	h.awaitFirstReading(ctx)
 	leave := h.waitingContext() // before the check: a hold-back that begins after it ends this wait
-	if err := h.errHeldBack(); err != nil {
+	endAcquiring, heldBack := h.beginAcquiring()
+	if heldBack != nil {
 		st, _ := h.Lock(id)
-		return st, err
+		return st, heldBack
 	}
+	defer endAcquiring()
 	h.mu.Lock()
 	if h.stopping {
 		h.mu.Unlock()

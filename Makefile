@@ -166,8 +166,8 @@ bench: install-deps ## benchmarks: acquire vs one LWT and handoff, webhook admis
 	$(MAKE) bench-compare
 
 .PHONY: bench-rollout
-bench-rollout: install-deps ## lock moves and leaderless time per rollout on the real node, handoff QueueOrder against NewestRevision (5 rollouts each, about 3 min; as root)
-	$(GO) test -run '^TestHandoffToNewestRevision$$' -count=1 -v -timeout 30m ./test/e2e/ -handoff.rollouts=5 -handoff.baseline
+bench-rollout: install-deps ## lock moves and leaderless time per rollout on the real node, handoff QueueOrder against NewestRevision (5 rollouts each, about 3 min; as root; ROLLOUTFLAGS='-handoff.rollouts=50 -handoff.baseline=false' for 50 NewestRevision rollouts, about 15 min)
+	$(GO) test -run '^TestHandoffToNewestRevision$$' -count=1 -v -timeout 2h ./test/e2e/ -handoff.rollouts=5 -handoff.baseline $(ROLLOUTFLAGS)
 
 .PHONY: bench-compare
 bench-compare: install-deps ## the side-by-side comparison alone (about 11 min): tables, raw results and charts into docs/bench/ (compare.md, compare.json, *.png)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -82,13 +81,11 @@ type DistributedLockReconciler struct {
 	Interval time.Duration
 	// Metrics, when set, exports what the reconciler saw (see NewMetrics).
 	Metrics *Metrics
-	// Now is the clock of revocation records and of hand-offs (time.Now when nil).
+	// Now is the clock of revocation records (time.Now when nil).
 	Now func() time.Time
-
-	// marksSettledSince records, per DistributedLock, since when the old waiters' superseded
-	// marks have been in place during a rollout (handoff NewestRevision).
-	handoffMu         sync.Mutex
-	marksSettledSince map[types.NamespacedName]time.Time
+	// APIReader reads pods from the API server itself, not from a cache: handoff NewestRevision
+	// marks an old holder only on such a reading (Client when nil, for a client without a cache).
+	APIReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=baton.dev,resources=distributedlocks,verbs=get;list;watch;update;patch

@@ -38,10 +38,25 @@ func lockPod(ns, name, lockName string, owners []metav1.OwnerReference, labels m
 		Annotations: map[string]string{inject.AnnotationLock: lockName}}}
 }
 
+// steppedAside returns p as its sidecar leaves it once it stepped aside for mark: annotated, with
+// the condition baton.dev/stepped-aside True and the mark as its message.
+func steppedAside(p corev1.Pod, mark string) corev1.Pod {
+	p = *p.DeepCopy()
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[batonv1.AnnotationSuperseded] = mark
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: sidecarcontract.ConditionSteppedAside,
+		Status: corev1.ConditionTrue, Reason: "Superseded", Message: mark})
+	return p
+}
+
 // TestSupersededPods: a pod of an older revision of its Deployment or StatefulSet is marked once a
 // pod of the newest revision holds or waits for the lock, naming it; not before (the rollout is
-// pending), not with handoff QueueOrder, and never a pod of another lock, a pod being deleted, or
-// a pod without a workload.
+// pending), not with handoff QueueOrder, and never a pod of another lock or a pod without a
+// workload. The old holder is marked only once every old pod of its workload that does not hold
+// has left the queue and stepped aside for its mark, or is being deleted and its sidecar stopped;
+// once marked, it stays marked.
 func TestSupersededPods(t *testing.T) {
 	const ns = "shop"
 	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leader"},
@@ -79,24 +94,82 @@ func TestSupersededPods(t *testing.T) {
 	if len(h.Marks) != 0 || !h.Pending {
 		t.Errorf("before a new pod queues: marks %v, pending %v; want none, pending", h.Marks, h.Pending)
 	}
-	// A new pod of each workload queues: the old pods that wait are marked first (they leave the
-	// queue), and the old holder of the Deployment only once no old pod of it waits.
+	// A new pod of each workload queues: the old pods that do not hold are marked first, the one
+	// being deleted too (its sidecar runs until its app stops), and the old holder of the
+	// Deployment not while an old pod of it waits.
 	h = controllers.SupersededPods(dl, pods, rss, sets, controllers.Contenders{Holders: set("web-1-a", "db-0"), Waiters: set("web-1-b", "web-2-a", "db-1")})
-	if got, want := marked(h), []string{"db-0", "web-1-b"}; !slices.Equal(got, want) || !h.Pending {
+	if got, want := marked(h), []string{"db-0", "web-1-b", "web-1-gone"}; !slices.Equal(got, want) || !h.Pending {
 		t.Fatalf("new pods queue behind an old waiter: marked %v (pending %v), want %v and pending", got, h.Pending, want)
 	}
-	h = controllers.SupersededPods(dl, pods, rss, sets, controllers.Contenders{Holders: set("web-1-a"), Waiters: set("web-2-a", "db-1")})
-	if got, want := marked(h), []string{"db-0", "web-1-a", "web-1-b"}; !slices.Equal(got, want) || h.Pending {
-		t.Fatalf("once no old pod waits: marked %v (pending %v), want %v", got, h.Pending, want)
+	mark, dbMark := h.Marks["web-1-b"], h.HolderMarks["db-0"] // db-0 holds, and no other old pod of db runs
+	if !strings.Contains(mark, "revision 1 of Deployment/web superseded: a pod of the newest revision waits") {
+		t.Errorf("mark of web-1-b: %q", mark)
 	}
-	if got := slices.Sorted(maps.Keys(h.HolderMarks)); !slices.Equal(got, []string{"web-1-a"}) {
-		t.Fatalf("once no old pod waits: holder marks %v, want the old holder web-1-a", got)
+	if !strings.Contains(dbMark, "revision db-a of StatefulSet/db superseded: a pod of the newest revision waits") {
+		t.Errorf("mark of db-0: %q", dbMark)
 	}
-	if m := h.HolderMarks["web-1-a"]; !strings.Contains(m, "revision 1 of Deployment/web superseded: a pod of the newest revision waits") {
-		t.Errorf("mark of web-1-a: %q", m)
+	// No old pod waits any more, but they have not stepped aside: the old holder waits.
+	waiting := controllers.Contenders{Holders: set("web-1-a"), Waiters: set("web-2-a", "db-1")}
+	h = controllers.SupersededPods(dl, pods, rss, sets, waiting)
+	if len(h.HolderMarks) != 0 || !h.Pending {
+		t.Fatalf("no old pod waits, none stepped aside: holder marks %v (pending %v), want none and pending", h.HolderMarks, h.Pending)
 	}
-	if m := h.Marks["db-0"]; !strings.Contains(m, "revision db-a of StatefulSet/db superseded: a pod of the newest revision waits") {
-		t.Errorf("mark of db-0: %q", m)
+	// web-1-b steps aside for another mark, or says it stepped aside without carrying the mark;
+	// the pod being deleted has not stopped its sidecar: not enough.
+	withPods := func(replace ...corev1.Pod) []corev1.Pod {
+		out := slices.Clone(pods)
+		for _, r := range replace {
+			for i := range out {
+				if out[i].Name == r.Name {
+					out[i] = r
+				}
+			}
+		}
+		return out
+	}
+	stopped := *deleting.DeepCopy()
+	stopped.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: inject.ContainerName,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+	running := *deleting.DeepCopy()
+	running.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: inject.ContainerName,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	unmarked := steppedAside(pods[1], mark)
+	delete(unmarked.Annotations, batonv1.AnnotationSuperseded)
+	for name, ps := range map[string][]corev1.Pod{
+		"stepped aside for another mark": withPods(steppedAside(pods[1], "revision 0 of Deployment/web superseded"), stopped),
+		"the condition without the mark": withPods(unmarked, stopped),
+		"a deleting pod's sidecar runs":  withPods(steppedAside(pods[1], mark), running),
+	} {
+		if h := controllers.SupersededPods(dl, ps, rss, sets, waiting); len(h.HolderMarks) != 0 || !h.Pending {
+			t.Errorf("%s: holder marks %v (pending %v), want none and pending", name, h.HolderMarks, h.Pending)
+		}
+	}
+	// web-1-b stepped aside for its mark and the deleting pod's sidecar stopped (or it stepped
+	// aside too): the old holder is marked.
+	for name, ps := range map[string][]corev1.Pod{
+		"the deleting pod's sidecar stopped":       withPods(steppedAside(pods[1], mark), stopped),
+		"the deleting pod's sidecar stepped aside": withPods(steppedAside(pods[1], mark), steppedAside(running, mark)),
+	} {
+		h = controllers.SupersededPods(dl, ps, rss, sets, waiting)
+		if got, want := marked(h), []string{"db-0", "web-1-a", "web-1-b", "web-1-gone"}; !slices.Equal(got, want) || h.Pending {
+			t.Fatalf("%s: marked %v (pending %v), want %v", name, got, h.Pending, want)
+		}
+		if got := slices.Sorted(maps.Keys(h.HolderMarks)); !slices.Equal(got, []string{"web-1-a"}) || h.HolderMarks["web-1-a"] != mark {
+			t.Fatalf("%s: holder marks %v, want the old holder web-1-a with %q", name, h.HolderMarks, mark)
+		}
+	}
+	// Once marked, the old holder keeps its mark, even if an old pod waits again.
+	holder := *pods[0].DeepCopy()
+	holder.Annotations[batonv1.AnnotationSuperseded] = mark
+	h = controllers.SupersededPods(dl, withPods(holder), rss, sets, controllers.Contenders{Holders: set("web-1-a"), Waiters: set("web-1-b", "web-2-a")})
+	if h.HolderMarks["web-1-a"] != mark {
+		t.Errorf("a marked old holder while an old pod waits again: holder marks %v, want it kept", h.HolderMarks)
+	}
+	// An old holder being deleted is not marked: it releases as it stops.
+	leaving := *pods[0].DeepCopy()
+	leaving.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if h := controllers.SupersededPods(dl, withPods(leaving, steppedAside(pods[1], mark), stopped), rss, sets, waiting); len(h.HolderMarks) != 0 {
+		t.Errorf("an old holder being deleted: holder marks %v, want none", h.HolderMarks)
 	}
 	// QueueOrder: nothing.
 	dl.Spec.Handoff = batonv1.HandoffQueueOrder
@@ -106,9 +179,10 @@ func TestSupersededPods(t *testing.T) {
 }
 
 // TestHandoffMarksPodsOnTheAPIServer: the reconciler, reading a store where an old pod holds the
-// lock and a pod of the newest revision waits, annotates the old pod baton.dev/superseded on the
-// real API server and records an Event; once the DistributedLock's handoff is QueueOrder again it
-// removes the annotation.
+// lock and a pod of the newest revision waits, annotates the old waiter baton.dev/superseded on the
+// real API server, then the old holder once the old waiter left the queue and stepped aside as the
+// API server (not a cache) shows it, and records Events; once the DistributedLock's handoff is
+// QueueOrder again it removes the annotations.
 func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	c, ns := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -156,10 +230,11 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the old pod queues first
 	defer queue(&newer, 3)()
 	rec := &events{}
-	var now atomic.Int64 // the reconciler's clock, moved by hand
-	now.Store(time.Now().UnixNano())
-	r := &controllers.DistributedLockReconciler{Client: c, Recorder: rec, Interval: time.Hour, Stores: source{store},
-		Now: func() time.Time { return time.Unix(0, now.Load()) }}
+	// The reconciler lists pods through a cache that shows the old waiter stepped aside before its
+	// sidecar did (a stale copy would show that after the sidecar withdrew); it reads them from
+	// the API server itself before it marks an old holder.
+	stale := &staleCache{Client: c}
+	r := &controllers.DistributedLockReconciler{Client: stale, APIReader: c, Recorder: rec, Interval: time.Hour, Stores: source{store}}
 	markOf := func(pod *corev1.Pod) string {
 		t.Helper()
 		var p corev1.Pod
@@ -191,22 +266,32 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	if m := mark(); m != "" {
 		t.Fatalf("the old holder was marked while an old pod still waits: %q", m)
 	}
-	// Its sidecar leaves the queue: the holder is marked only once the waiter's mark has been in
-	// place for two readings of its sidecar (2s on the reconciler's clock).
+	// Its sidecar leaves the queue: the holder is marked only once the waiter's sidecar has
+	// stepped aside, as the API server shows the pod (not as the cache does).
 	leave()
 	reconcileUntil("the old waiter out of the queue", func() bool {
 		s, err := lock.Inspect(ctx, store, lockID)
 		return err == nil && len(s.Queue) == 1
 	})
+	waiterMark := markOf(&oldWaiter)
+	stale.steppedAside.Store(waiterMark)
 	for range 3 {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dl)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if m := mark(); m != "" {
-		t.Fatalf("the old holder was marked as soon as the old waiter left, before its mark settled: %q", m)
+		t.Fatalf("the old holder was marked while the old waiter had not stepped aside (only a stale cache said so): %q", m)
 	}
-	now.Add(int64(2 * time.Second))
+	// The old waiter's sidecar steps aside (the condition it writes).
+	var p corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(&oldWaiter), &p); err != nil {
+		t.Fatal(err)
+	}
+	ack := steppedAside(p, waiterMark)
+	if err := c.Status().Update(ctx, &ack); err != nil {
+		t.Fatal(err)
+	}
 	reconcileUntil("the old holder marked", func() bool { return mark() != "" })
 	if m := mark(); !strings.Contains(m, "a pod of the newest revision waits") {
 		t.Errorf("mark %q", m)
@@ -214,7 +299,6 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	if !rec.find(controllers.ReasonSuperseded, "web-1-a give up the lock") || !rec.find(controllers.ReasonSuperseded, "web-1-b give up the lock") {
 		t.Errorf("no Superseded event: %s", rec)
 	}
-	var p corev1.Pod
 	if err := c.Get(ctx, client.ObjectKeyFromObject(&newer), &p); err != nil || p.Annotations[batonv1.AnnotationSuperseded] != "" {
 		t.Errorf("the new pod is marked: %v, %v", p.Annotations, err)
 	}
@@ -233,4 +317,26 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	if m, w := mark(), markOf(&oldWaiter); m != "" || w != "" {
 		t.Errorf("marks %q and %q after handoff went back to QueueOrder, want none", m, w)
 	}
+}
+
+// staleCache is a Client whose pod lists show the condition baton.dev/stepped-aside True, for the
+// mark in steppedAside, on every pod that carries that mark: as a stale cache could.
+type staleCache struct {
+	client.Client
+	steppedAside atomic.Value // string
+}
+
+func (s *staleCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := s.Client.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	mark, _ := s.steppedAside.Load().(string)
+	if pods, ok := list.(*corev1.PodList); ok && mark != "" {
+		for i, p := range pods.Items {
+			if p.Annotations[batonv1.AnnotationSuperseded] == mark {
+				pods.Items[i] = steppedAside(p, mark)
+			}
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
@@ -18,7 +19,9 @@ import (
 //     again until a reading shows them ready;
 //   - the pod is superseded (spec.handoff NewestRevision): while the operator's annotation
 //     baton.dev/superseded is on the pod, the holder gives up what it holds at once, leaves the
-//     queue, and takes nothing.
+//     queue, and takes nothing. With handoff NewestRevision the holder also takes nothing before
+//     its first reading: a restarted sidecar cannot know that its pod is superseded, and that it
+//     stepped aside before its restart (the operator acts on that, see SteppedAside).
 //
 // Only readings count. While none arrives (the API server is unreachable) nothing changes, so a
 // control-plane outage never makes every holder of a cluster give up its locks at once. The
@@ -32,6 +35,13 @@ type holdBack struct {
 	unready string
 	// superseded is the pod's baton.dev/superseded annotation ("" when absent).
 	superseded string
+	// unread: handoff NewestRevision and no reading yet; read is closed at the first reading.
+	unread bool
+	read   chan struct{}
+	// acquiring counts the Locker calls in flight that may grant a lock (beginAcquiring); quiet is
+	// closed when it drops to zero.
+	acquiring int
+	quiet     chan struct{}
 	// released is closed once neither reason holds; nil while the holder may acquire.
 	released chan struct{}
 	// stopWaiting is cancelled when a reason begins: waiting acquisitions leave the queue.
@@ -48,7 +58,96 @@ func (b *holdBack) reason() string {
 	if b.superseded != "" {
 		r = append(r, "superseded: "+b.superseded)
 	}
+	if b.unread {
+		r = append(r, notReadYet)
+	}
 	return strings.Join(r, "; ")
+}
+
+// notReadYet is why a holder with handoff NewestRevision takes nothing before its first reading.
+const notReadYet = "the pod has not been read yet (handoff NewestRevision: the sidecar takes nothing before it knows whether its pod is superseded)"
+
+// firstReadingWait bounds how long a Try-mode acquisition waits for the first reading of the pod
+// (handoff NewestRevision) before it is refused; a reading itself times out after at most 2s
+// (PodWatch).
+const firstReadingWait = 5 * time.Second
+
+// holdBackUntilRead makes a holder with handoff NewestRevision take nothing until its first
+// reading of the pod (NewHolder calls it).
+func (b *holdBack) holdBackUntilRead(opts Options) {
+	if opts.Handoff == batonv1.HandoffNewestRevision {
+		b.unread = true
+		b.read, b.released = make(chan struct{}), make(chan struct{})
+	}
+}
+
+// awaitFirstReading waits, with handoff NewestRevision, until the pod was read once, for at most
+// firstReadingWait or until ctx ends: a Try-mode request that comes right after the sidecar
+// started is not refused for that. It does not say whether a reading came.
+func (h *Holder) awaitFirstReading(ctx context.Context) {
+	if h.back.read == nil { // set once, in NewHolder
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, firstReadingWait)
+	defer cancel()
+	select {
+	case <-h.back.read:
+	case <-ctx.Done():
+	}
+}
+
+// beginAcquiring counts a call of the Locker that may grant a lock as in flight, unless the
+// holder keeps away from its locks: then it returns why (errHeldBack's error) and counts nothing.
+// The caller calls end once the Locker's call returned. Checking and counting under one lock is
+// what lets SteppedAside promise that no grant comes after it answered true.
+func (h *Holder) beginAcquiring() (end func(), err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.errHeldBackLocked(); err != nil {
+		return nil, err
+	}
+	b := &h.back
+	if b.acquiring == 0 {
+		b.quiet = make(chan struct{})
+	}
+	b.acquiring++
+	return sync.OnceFunc(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if b.acquiring--; b.acquiring == 0 {
+			close(b.quiet)
+		}
+	}), nil
+}
+
+// SteppedAside waits until the holder keeps away from its locks because its pod carries the
+// superseded mark mark, and no call of the Locker that began before is still in flight. From its
+// true answer on, the holder takes no grant until a reading shows the pod without that mark: new
+// acquisitions are refused (beginAcquiring), waiting ones have ended, and a grant in flight when
+// their wait was cancelled was settled and given back by the Locker. It answers false when ctx
+// ends first, or when the holder does not (any more) keep away for that mark. It does not say
+// that the holder holds nothing: a lease granted just before the mark was read is given up by
+// PodReading, in its own time.
+func (h *Holder) SteppedAside(ctx context.Context, mark string) bool {
+	for {
+		h.mu.Lock()
+		b := &h.back
+		if mark == "" || b.superseded != mark || b.released == nil {
+			h.mu.Unlock()
+			return false
+		}
+		if b.acquiring == 0 {
+			h.mu.Unlock()
+			return true
+		}
+		quiet := b.quiet
+		h.mu.Unlock()
+		select {
+		case <-quiet:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // holdBackStatus is the status of a lock while the holder keeps away from it.
@@ -87,11 +186,17 @@ func (h *Holder) waitingContextLocked() context.Context {
 func (h *Holder) errHeldBack() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.errHeldBackLocked()
+}
+
+func (h *Holder) errHeldBackLocked() error {
 	switch {
 	case h.back.released == nil:
 		return nil
 	case h.back.superseded != "":
 		return fmt.Errorf("%w: %s", sidecarclient.ErrSuperseded, h.back.superseded)
+	case h.back.unread:
+		return fmt.Errorf("%w: not known yet: %s; ask again in a moment", sidecarclient.ErrSuperseded, notReadYet)
 	default:
 		return fmt.Errorf("%w: %s", sidecarclient.ErrAppNotReady, h.back.unready)
 	}
@@ -126,6 +231,10 @@ func (h *Holder) PodReading(r PodReading) {
 		b.superseded = r.Superseded
 	} else {
 		b.superseded = ""
+	}
+	if b.unread {
+		b.unread = false
+		close(b.read)
 	}
 
 	// What to give up now.
@@ -162,7 +271,12 @@ func (h *Holder) PodReading(r PodReading) {
 		}
 	}
 
-	heldBack := b.reason() != "" && !h.stopping
+	heldBack := b.reason() != ""
+	if h.stopping {
+		// Shutting down: nothing is acquired any more, and a hold-back neither begins nor ends
+		// (one that ended could let a hold loop queue in the moment before Shutdown stops it).
+		heldBack = wasHeldBack
+	}
 	switch {
 	case heldBack && !wasHeldBack:
 		b.released = make(chan struct{})

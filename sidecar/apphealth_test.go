@@ -282,7 +282,7 @@ func TestPodWatchReportsOnlyReadings(t *testing.T) {
 		detail string
 	}
 	var got []reading
-	w := NewPodWatch(cs, o, func(r PodReading) { got = append(got, reading{r.AppReady, r.Detail}) }, logr.Discard())
+	w := NewPodWatch(cs, o, readingsFunc(func(r PodReading) { got = append(got, reading{r.AppReady, r.Detail}) }), logr.Discard())
 	ctx := context.Background()
 	w.readOnce(ctx)
 	failing := true
@@ -322,6 +322,12 @@ func TestPodWatchReportsOnlyReadings(t *testing.T) {
 	}
 }
 
+// readingsFunc is a PodReader that calls itself with each reading and never steps aside.
+type readingsFunc func(PodReading)
+
+func (f readingsFunc) PodReading(r PodReading)                            { f(r) }
+func (f readingsFunc) SteppedAside(ctx context.Context, mark string) bool { return false }
+
 // withNewestRevision returns o with spec.handoff NewestRevision.
 func withNewestRevision(o Options) Options {
 	o.Handoff = batonv1.HandoffNewestRevision
@@ -338,21 +344,6 @@ func TestSupersededPodsStepAside(t *testing.T) {
 		mem := memstore.New()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		var holders []*Holder
-		var events []<-chan sidecarclient.Event
-		for i, name := range []string{"a", "b", "c"} {
-			h, _ := newTestHolder(t, mem, uint64(i+1), withNewestRevision(testOptions(t, name, batonv1.ModeBlocking, "orders")))
-			ev, stop := h.Subscribe()
-			defer stop()
-			h.Start(ctx)
-			holders, events = append(holders, h), append(events, ev)
-			time.Sleep(time.Second) // queue in this order
-		}
-		a, b, c := holders[0], holders[1], holders[2]
-		first := next(t, events[0])
-		var aMark, bMark atomic.Value
-		aMark.Store("")
-		bMark.Store("")
 		read := func(h *Holder, mark *atomic.Value) {
 			go func() {
 				for ctx.Err() == nil {
@@ -364,11 +355,22 @@ func TestSupersededPodsStepAside(t *testing.T) {
 				}
 			}()
 		}
-		read(a, &aMark)
-		read(b, &bMark)
-		var cMark atomic.Value
-		cMark.Store("")
-		read(c, &cMark)
+		var holders []*Holder
+		var events []<-chan sidecarclient.Event
+		var aMark, bMark, cMark atomic.Value
+		for i, name := range []string{"a", "b", "c"} {
+			h, _ := newTestHolder(t, mem, uint64(i+1), withNewestRevision(testOptions(t, name, batonv1.ModeBlocking, "orders")))
+			ev, stop := h.Subscribe()
+			defer stop()
+			h.Start(ctx)
+			mark := []*atomic.Value{&aMark, &bMark, &cMark}[i]
+			mark.Store("")
+			read(h, mark) // with handoff NewestRevision a holder takes nothing before its first reading
+			holders, events = append(holders, h), append(events, ev)
+			time.Sleep(time.Second) // queue in this order
+		}
+		a, b := holders[0], holders[1]
+		first := next(t, events[0])
 		time.Sleep(3 * time.Second)
 		if st, _ := b.Lock("orders"); st.State != sidecarclient.StateWaiting || st.QueuePosition != 1 {
 			t.Fatalf("b before the rollout: %+v, want first in the queue", st)
@@ -435,6 +437,8 @@ func TestSupersededTryMode(t *testing.T) {
 		b, _ := newTestHolder(t, mem, 2, withNewestRevision(testOptions(t, "b", batonv1.ModeTry, "orders")))
 		a.Start(ctx)
 		b.Start(ctx)
+		a.PodReading(PodReading{AppReady: true, At: time.Now()})
+		b.PodReading(PodReading{AppReady: true, At: time.Now()})
 		if _, err := a.Acquire(ctx, "orders", 0); err != nil {
 			t.Fatal(err)
 		}

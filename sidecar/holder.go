@@ -117,6 +117,7 @@ func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lock
 		changes: make(chan struct{}, 1),
 	}
 	h.stopAcquiring, h.stopAll = context.WithCancel(context.Background())
+	h.back.holdBackUntilRead(opts)
 	// Zero-wait restart (lock.WithZeroWaitRestart) comes with lockOpts when the caller has the
 	// pod's restart proof (Run).
 	all := append([]lock.Option{lock.WithLease(opts.Lease), lock.WithLogger(log), lock.WithObserver(h.observe)}, lockOpts...)
@@ -198,9 +199,14 @@ func (h *Holder) hold(ctx context.Context, id string) {
 			yielded <- yieldErr
 			yielded = nil
 		}
+		endAcquiring, err := h.beginAcquiring()
+		if err != nil {
+			continue // held back since holdBackState: the top of the loop waits
+		}
 		waitCtx, stopWaiting := context.WithCancel(ctx)
 		stop := context.AfterFunc(leave, stopWaiting) // held back meanwhile: leave the queue
 		lease, err := h.locker.Acquire(waitCtx, h.opts.StoreLockID(id))
+		endAcquiring()
 		stop()
 		stopWaiting()
 		if err != nil {
@@ -454,11 +460,14 @@ func (h *Holder) Acquire(ctx context.Context, id string, wait time.Duration) (si
 	if err := h.tryModeLock(id); err != nil {
 		return sidecarclient.LockStatus{}, err
 	}
+	h.awaitFirstReading(ctx)
 	leave := h.waitingContext() // before the check: a hold-back that begins after it ends this wait
-	if err := h.errHeldBack(); err != nil {
+	endAcquiring, heldBack := h.beginAcquiring()
+	if heldBack != nil {
 		st, _ := h.Lock(id)
-		return st, err
+		return st, heldBack
 	}
+	defer endAcquiring()
 	ending, err := h.startAcquiring(id)
 	if errors.Is(err, errSharedGrant) {
 		st, _ := h.Lock(id) // the mutant: whatever the pod has, as if granted

@@ -135,7 +135,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		stopGate = func() { cancelGate(); <-gateDone }
 	}
 	if opts.WatchesPod() {
-		watch := NewPodWatch(kube, opts, holder.PodReading, log.WithName("pod"))
+		watch := NewPodWatch(kube, opts, holder, log.WithName("pod"))
 		go watch.Run(runCtx)
 		log.Info("the locks follow the pod's state", "yieldWhenUnready", opts.YieldWhenUnready.String(),
 			"handoff", opts.Handoff, "readEvery", PodWatchPeriod(opts).String())

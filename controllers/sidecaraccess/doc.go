@@ -1,12 +1,13 @@
 // Package sidecaraccess gives baton's sidecars the Kubernetes permissions they need, and no more.
 //
-// A sidecar writes exactly one thing to the API server: its own pod's baton.dev/lock-held
-// condition, with a PATCH of pods/status (traffic policy ReadinessGate), or its own pod's
-// baton.dev/role label, with a PATCH of pods (traffic policy Label). With spec.yieldWhenUnready it
-// also reads its own pod, from the answer to a PATCH of pods/status that changes nothing (see
-// sidecar.AppWatch): no get is granted, because RBAC cannot limit a read to the reader's own pod
-// while the policy below limits the patch. It runs with its pod's service account, which it shares
-// with the app.
+// A sidecar writes only to its own pod: the baton.dev/lock-held condition, with a PATCH of
+// pods/status (traffic policy ReadinessGate), or the baton.dev/role label, with a PATCH of pods
+// (traffic policy Label), and with spec.handoff NewestRevision the baton.dev/stepped-aside
+// condition (pods/status), its answer to the operator's superseded mark. With
+// spec.yieldWhenUnready or handoff NewestRevision it also reads its own pod, from the answer to a
+// PATCH of pods/status that changes nothing (see sidecar.PodWatch): no get is granted, because
+// RBAC cannot limit a read to the reader's own pod while the policy below limits the patch. It
+// runs with its pod's service account, which it shares with the app.
 //
 // The model has two halves:
 //
@@ -22,12 +23,13 @@
 //     pod or its status unless the request carries a service-account token bound to that very
 //     pod (the token's pod-name and pod-uid claims, which the API server puts in the user's extra
 //     information), and denies any change other than the baton.dev/role label (pods) or the
-//     baton.dev/lock-held condition (pods/status).
+//     baton.dev/lock-held and baton.dev/stepped-aside conditions (pods/status).
 //
 // Together they mean that a compromised sidecar, or the app that shares its token, can flip its
-// own pod's condition or label and nothing else: not another pod's readiness, not its own spec,
+// own pod's conditions or label and nothing else: not another pod's readiness, not its own spec,
 // labels or other conditions. Service accounts that are not subjects of the RoleBinding are left
-// to RBAC alone.
+// to RBAC alone. (An app that sets baton.dev/stepped-aside itself can make a rollout's hand-off
+// go through its old pod: one more move of the lock, never two holders.)
 //
 // What it does not guarantee:
 //   - The grant is per service account. A pod that is not injected but runs with the same service

@@ -2,6 +2,7 @@ package sidecaraccess_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -111,6 +112,24 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 		t.Fatalf("sidecar of pod a reading its unready app: %+v, %v; want not ready (container app not ready)", r, err)
 	}
 	runLikeKubelet(t, f, getPod(t, f, a))
+	// With handoff NewestRevision it answers the operator's superseded mark with the condition
+	// baton.dev/stepped-aside, and withdraws it, conditioned on the pod it read, once the mark is
+	// gone: both allowed.
+	stepAsideWatch(t, asA, a, func() {
+		const mark = "revision 1 of Deployment/web superseded"
+		setAnnotation(t, f, a, batonv1.AnnotationSuperseded, mark)
+		eventually(t, "pod a's sidecar steps aside", func(context.Context) (bool, string) {
+			got := sidecar.SteppedAsideFor(getPod(t, f, a))
+			return got == mark, fmt.Sprintf("stepped aside for %q", got)
+		})
+		setAnnotation(t, f, a, batonv1.AnnotationSuperseded, "")
+		eventually(t, "pod a's sidecar withdraws stepped-aside", func(context.Context) (bool, string) {
+			st := steppedAsideCondition(getPod(t, f, a))
+			return st == corev1.ConditionFalse, fmt.Sprintf("condition %s", st)
+		})
+	})
+	err = patchStatus(ctx, asA, b, fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","message":"x"}]}}`, sidecarcontract.ConditionSteppedAside))
+	expectPolicyDenial(t, "pod a's token setting pod b's stepped-aside condition", err, "this token is bound to pod a, not to pod b")
 	// ... and it cannot read another pod that way.
 	_, err = podWatch(t, asA, b).Read(ctx)
 	expectPolicyDenial(t, "pod a's token reading pod b through a status patch", err, "this token is bound to pod a, not to pod b")
@@ -120,7 +139,8 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 	expectPolicyDenial(t, "pod a's token setting pod b's condition", err, "this token is bound to pod a, not to pod b")
 	expectNotHeld(t, f, b)
 
-	// Nothing but the baton.dev/lock-held condition of its own pod's status.
+	// Nothing but the baton.dev/lock-held and baton.dev/stepped-aside conditions of its own pod's
+	// status.
 	for _, tc := range []struct{ name, patch string }{
 		{"another condition", `{"status":{"conditions":[{"type":"Ready","status":"True"}]}}`},
 		{"another status field", `{"status":{"message":"hello"}}`},
@@ -128,7 +148,7 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 		{"an annotation through pods/status", `{"metadata":{"annotations":{"note":"x"}}}`},
 	} {
 		err := patchStatus(ctx, asA, a, tc.patch)
-		expectPolicyDenial(t, "pod a's token changing "+tc.name+" of pod a", err, "may change only the condition baton.dev/lock-held")
+		expectPolicyDenial(t, "pod a's token changing "+tc.name+" of pod a", err, "may change only the conditions baton.dev/lock-held and baton.dev/stepped-aside")
 	}
 
 	// Under ReadinessGate the Role has no patch on pods: RBAC refuses label changes.
@@ -281,6 +301,56 @@ func podWatch(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) *sidecar.P
 		t.Fatal(err)
 	}
 	return sidecar.NewPodWatch(cs, opts, nil, logr.Discard())
+}
+
+// stepsAside is a PodReader that steps aside for any mark at once.
+type stepsAside struct{}
+
+func (stepsAside) PodReading(sidecar.PodReading)             {}
+func (stepsAside) SteppedAside(context.Context, string) bool { return true }
+
+// stepAsideWatch runs the sidecar's PodWatch with handoff NewestRevision on pod, with cs, during
+// during.
+func stepAsideWatch(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, during func()) {
+	t.Helper()
+	opts, err := sidecar.ParseOptions([]string{
+		"--locks=job", "--cassandra-hosts=127.0.0.1", "--handoff=NewestRevision", "--traffic-policy=None",
+		"--pod-namespace=" + pod.Namespace, "--pod-name=" + pod.Name, "--pod-uid=" + string(pod.UID),
+	}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sidecar.NewPodWatch(cs, opts, stepsAside{}, logr.Discard()).Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	during()
+}
+
+// setAnnotation sets (or, with value "", removes) an annotation of pod as an admin.
+func setAnnotation(t *testing.T, f fixture, pod *corev1.Pod, key, value string) {
+	t.Helper()
+	var v any
+	if value != "" {
+		v = value
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: v}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := patchPod(context.Background(), f.cs, pod, string(patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// steppedAsideCondition is the status of pod's condition baton.dev/stepped-aside ("" without one).
+func steppedAsideCondition(pod *corev1.Pod) corev1.ConditionStatus {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == sidecarcontract.ConditionSteppedAside {
+			return c.Status
+		}
+	}
+	return ""
 }
 
 func getPod(t *testing.T, f fixture, pod *corev1.Pod) *corev1.Pod {

@@ -118,12 +118,13 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		return fmt.Errorf("operator: %w", err)
 	}
 	reconciler := &controllers.DistributedLockReconciler{
-		Client:   mgr.GetClient(),
-		Stores:   &controllers.PoolSource{Pool: pool, Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults},
-		Recorder: mgr.GetEventRecorder("baton-operator"),
-		Config:   o.Inject,
-		Interval: o.StatusInterval,
-		Metrics:  metrics,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Stores:    &controllers.PoolSource{Pool: pool, Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults},
+		Recorder:  mgr.GetEventRecorder("baton-operator"),
+		Config:    o.Inject,
+		Interval:  o.StatusInterval,
+		Metrics:   metrics,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)

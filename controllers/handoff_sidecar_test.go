@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -158,29 +156,7 @@ func TestHandoffWaitsForOldPodsToStepAside(t *testing.T) {
 	c, ns := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leader"},
-		Spec: batonv1.DistributedLockSpec{LockIDs: []string{"leader"}, Handoff: batonv1.HandoffNewestRevision}}
-	if err := c.Create(ctx, dl); err != nil {
-		t.Fatal(err)
-	}
-	for _, rev := range []string{"1", "2"} {
-		rs := replicaSet(ns, "web", rev)
-		rs.Spec = appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"rev": rev}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"rev": rev}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}}
-		if err := c.Create(ctx, &rs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	oldHolder := lockPod(ns, "web-1-a", "leader", ownedBy("ReplicaSet", "web-1"), nil)
-	oldWaiter := lockPod(ns, "web-1-b", "leader", ownedBy("ReplicaSet", "web-1"), nil)
-	newer := lockPod(ns, "web-2-a", "leader", ownedBy("ReplicaSet", "web-2"), nil)
-	for _, p := range []*corev1.Pod{&oldHolder, &oldWaiter, &newer} {
-		p.Spec.Containers = []corev1.Container{{Name: "app", Image: "app"}}
-		if err := c.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dl, oldHolder, oldWaiter, newer := createRollout(ctx, t, c, ns)
 	mem := memstore.New()
 	store := mem.Client(9, memstore.Faults{})
 	lockID := sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, "leader")

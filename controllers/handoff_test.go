@@ -38,6 +38,37 @@ func lockPod(ns, name, lockName string, owners []metav1.OwnerReference, labels m
 		Annotations: map[string]string{inject.AnnotationLock: lockName}}}
 }
 
+// createRollout creates, in ns, a DistributedLock "leader" with handoff NewestRevision, the
+// ReplicaSets of revisions 1 and 2 of Deployment "web", and three pods using the lock: web-1-a
+// and web-1-b of the old revision, web-2-a of the newest.
+func createRollout(ctx context.Context, t *testing.T, c client.Client, ns string) (dl *batonv1.DistributedLock, oldA, oldB, newer corev1.Pod) {
+	t.Helper()
+	dl = &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leader"},
+		Spec: batonv1.DistributedLockSpec{LockIDs: []string{"leader"}, Handoff: batonv1.HandoffNewestRevision}}
+	if err := c.Create(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	for _, rev := range []string{"1", "2"} {
+		rs := replicaSet(ns, "web", rev)
+		rs.Spec = appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"rev": rev}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"rev": rev}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}}
+		if err := c.Create(ctx, &rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldA = lockPod(ns, "web-1-a", "leader", ownedBy("ReplicaSet", "web-1"), nil)
+	oldB = lockPod(ns, "web-1-b", "leader", ownedBy("ReplicaSet", "web-1"), nil)
+	newer = lockPod(ns, "web-2-a", "leader", ownedBy("ReplicaSet", "web-2"), nil)
+	for _, p := range []*corev1.Pod{&oldA, &oldB, &newer} {
+		p.Spec.Containers = []corev1.Container{{Name: "app", Image: "app"}}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dl, oldA, oldB, newer
+}
+
 // steppedAside returns p as its sidecar leaves it once it stepped aside for mark: annotated, with
 // the condition baton.dev/stepped-aside True and the mark as its message.
 func steppedAside(p corev1.Pod, mark string) corev1.Pod {
@@ -187,29 +218,7 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	c, ns := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leader"},
-		Spec: batonv1.DistributedLockSpec{LockIDs: []string{"leader"}, Handoff: batonv1.HandoffNewestRevision}}
-	if err := c.Create(ctx, dl); err != nil {
-		t.Fatal(err)
-	}
-	for _, rev := range []string{"1", "2"} {
-		rs := replicaSet(ns, "web", rev)
-		rs.Spec = appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"rev": rev}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"rev": rev}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}}
-		if err := c.Create(ctx, &rs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old := lockPod(ns, "web-1-a", "leader", ownedBy("ReplicaSet", "web-1"), nil)
-	oldWaiter := lockPod(ns, "web-1-b", "leader", ownedBy("ReplicaSet", "web-1"), nil)
-	newer := lockPod(ns, "web-2-a", "leader", ownedBy("ReplicaSet", "web-2"), nil)
-	for _, p := range []*corev1.Pod{&old, &oldWaiter, &newer} {
-		p.Spec.Containers = []corev1.Container{{Name: "app", Image: "app"}}
-		if err := c.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dl, old, oldWaiter, newer := createRollout(ctx, t, c, ns)
 	mem := memstore.New()
 	store := mem.Client(1, memstore.Faults{})
 	lockID := sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, "leader")
@@ -227,7 +236,10 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	}
 	leave := queue(&oldWaiter, 2)
 	defer leave()
-	time.Sleep(500 * time.Millisecond) // the old pod queues first
+	waitUntil(t, "the old pod queues first", func() bool {
+		s, err := lock.Inspect(ctx, store, lockID)
+		return err == nil && len(s.Queue) == 1
+	})
 	defer queue(&newer, 3)()
 	rec := &events{}
 	// The reconciler lists pods through a cache that shows the old waiter stepped aside before its

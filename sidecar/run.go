@@ -111,15 +111,18 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	srv, err := sidecarapi.NewServer(handler, sidecarapi.WithServerLogger(log.WithName("api")))
+	if err != nil {
+		return err
+	}
 
 	listeners, err := listen(ctx, opts)
 	if err != nil {
 		return err
 	}
-	srv := sidecarapi.NewServer(handler)
 	served := make(chan error, len(listeners))
 	for _, ln := range listeners {
-		go func() { served <- sidecarapi.Serve(srv, ln) }()
+		go func() { served <- srv.Serve(ln) }()
 		log.Info("serving the lock API", "address", ln.Addr().String())
 	}
 

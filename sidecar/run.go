@@ -77,7 +77,8 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		// The socket outlives SIGTERM (ctx): the releases at shutdown tell the next waiters.
 		hintCtx, stopHints := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopHints()
-		hinter, err := hintudp.New(hintCtx, hintudp.Config{Bind: addr.String(), Log: log.WithName("hints")})
+		hinter, err := hintudp.New(hintCtx, hintudp.Config{Bind: addr.String(), AllowLoopback: opts.HintAllowLoopback,
+			Log: log.WithName("hints")})
 		if err != nil {
 			return fmt.Errorf("sidecar: listening for hand-off hints (%s): %w", sidecarcontract.HintPort.Env(), err)
 		}

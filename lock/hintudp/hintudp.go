@@ -89,8 +89,8 @@ func New(ctx context.Context, cfg Config) (*Hinter, error) {
 		return nil, fmt.Errorf("hintudp: bind address %q listens on every address: set the advertised address (the pod IP) too", cfg.Bind)
 	}
 	if own := cmp.Or(cfg.Advertise, cfg.Bind); !cfg.AllowLoopback && (advertise.Addr().IsLoopback() || bind.Addr().IsLoopback() && !advertise.IsValid()) {
-		return nil, fmt.Errorf("hintudp: address %q is a loopback address, which only this host reaches: advertise the pod IP; loopback is for development setups with several processes on one host (AllowLoopback): %w",
-			own, ErrLoopback)
+		return nil, fmt.Errorf("%w: %q reaches only this host; advertise the pod IP (loopback is for development setups with several processes on one host)",
+			ErrLoopback, own)
 	}
 	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(bind))
 	if err != nil {

@@ -87,12 +87,19 @@ func TestConfigErrors(t *testing.T) {
 		{Bind: "127.0.0.1:0", Advertise: "0.0.0.0:9465"},
 		{Bind: "127.0.0.1:0", Advertise: "198.18.0.7:0"},
 		{Bind: "127.0.0.1:0", Advertise: "224.0.0.1:9465"},
-		{Bind: "127.0.0.1:0"}, // loopback without AllowLoopback
-		{Bind: "0.0.0.0:0", Advertise: "127.0.0.5:9465"},
-		{Bind: "0.0.0.0:0", Advertise: "[::ffff:127.0.0.1]:9465"},
 	} {
 		if h, err := hintudp.New(ctx, cfg); err == nil {
 			t.Errorf("New(%+v) = %v, want an error", cfg, h.Addr())
+		}
+	}
+	for _, cfg := range []hintudp.Config{
+		{Bind: "127.0.0.1:0"},
+		{Bind: "[::1]:0"},
+		{Bind: "0.0.0.0:0", Advertise: "127.0.0.5:9465"},
+		{Bind: "0.0.0.0:0", Advertise: "[::ffff:127.0.0.1]:9465"},
+	} {
+		if h, err := hintudp.New(ctx, cfg); !errors.Is(err, hintudp.ErrLoopback) {
+			t.Errorf("New(%+v) without AllowLoopback = %v, %v; want hintudp.ErrLoopback", cfg, h, err)
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -43,9 +43,13 @@ type Options struct {
 	MetricsAddr string // loopback address of the Prometheus metrics
 	// HintPort is the UDP port on the pod IP where other sidecars send hand-off hints (see
 	// lock.Hinter and package hintudp); 0 turns hints off, and waiters then only poll.
-	HintPort        int
-	ShutdownTimeout time.Duration // bound on releasing locks at SIGTERM
-	Kubeconfig      string        // kubeconfig outside a cluster ("" = in-cluster config)
+	HintPort int
+	// HintAllowLoopback lets hints use loopback addresses (hintudp.Config.AllowLoopback): for
+	// development setups with several sidecars on one host, each with a loopback "pod IP". Off, a
+	// loopback pod IP with hints on is a configuration error.
+	HintAllowLoopback bool
+	ShutdownTimeout   time.Duration // bound on releasing locks at SIGTERM
+	Kubeconfig        string        // kubeconfig outside a cluster ("" = in-cluster config)
 }
 
 // PodIdentity is the pod the sidecar runs in, from the downward API.
@@ -98,6 +102,11 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 		errs = append(errs, sidecarcontract.Errorf(sidecarcontract.HintPort, "is %q: want a UDP port number, or 0 for no hints", v.Get(sidecarcontract.HintPort)))
 	} else {
 		o.HintPort = port
+	}
+	if allow, err := strconv.ParseBool(v.Get(sidecarcontract.HintAllowLoopback)); err != nil {
+		errs = append(errs, sidecarcontract.Errorf(sidecarcontract.HintAllowLoopback, "is %q: want true or false", v.Get(sidecarcontract.HintAllowLoopback)))
+	} else {
+		o.HintAllowLoopback = allow
 	}
 	if len(errs) > 0 {
 		return o, fmt.Errorf("sidecar: invalid configuration:\n  %w", joinLines(errs))
@@ -166,9 +175,12 @@ func (o Options) problems() []error {
 	if o.HintPort < 0 || o.HintPort > 65535 {
 		bad(sidecarcontract.HintPort, "is %d: use a UDP port from 1 to 65535, or 0 for no hints", o.HintPort)
 	} else if o.HintPort > 0 {
-		if _, err := o.HintAddr(); err != nil {
+		if addr, err := o.HintAddr(); err != nil {
 			bad(sidecarcontract.PodIP, "is %q: hand-off hints (%s %d) need this pod's IP; set it from the downward API (fieldRef status.podIP), or set %s to 0",
 				o.Pod.IP, sidecarcontract.HintPort.Env(), o.HintPort, sidecarcontract.HintPort.Env())
+		} else if addr.Addr().IsLoopback() && !o.HintAllowLoopback {
+			bad(sidecarcontract.PodIP, "is %q, a loopback address, which no other pod reaches with hand-off hints (%s %d): set it from the downward API (fieldRef status.podIP); only a development setup with several sidecars on one host sets %s=true",
+				o.Pod.IP, sidecarcontract.HintPort.Env(), o.HintPort, sidecarcontract.HintAllowLoopback.Env())
 		}
 	}
 	if lo, hi := durationOf(batonv1.MinYieldWhenUnready), durationOf(batonv1.MaxYieldWhenUnready); o.YieldWhenUnready != 0 && (o.YieldWhenUnready < lo || o.YieldWhenUnready > hi) {

@@ -90,6 +90,11 @@ func TestHintOptions(t *testing.T) {
 			t.Errorf("pod IP %s: hint address %v, %v; want %s", ip, addr, err, want)
 		}
 	}
+	// A development setup: several sidecars on one host, each on a loopback address of its own.
+	o, err = ParseOptions(nil, env(map[string]string{"POD_IP": "127.0.3.1", "BATON_HINT_PORT": "9465", "BATON_HINT_ALLOW_LOOPBACK": "true"}))
+	if err != nil || !o.HintAllowLoopback {
+		t.Fatalf("loopback pod IP with %s=true: %+v, %v; want it accepted", sidecarcontract.HintAllowLoopback.Env(), o, err)
+	}
 }
 
 func TestParseOptionsFlagsWin(t *testing.T) {
@@ -155,6 +160,9 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"hint port out of range", []string{"--hint-port=70000"}, nil, []string{"--hint-port (BATON_HINT_PORT) is 70000"}},
 		{"hints without pod IP", nil, map[string]string{"BATON_HINT_PORT": "9465"}, []string{"--pod-ip (POD_IP)", "status.podIP", "BATON_HINT_PORT to 0"}},
 		{"hints on every address", nil, map[string]string{"BATON_HINT_PORT": "9465", "POD_IP": "0.0.0.0"}, []string{"--pod-ip (POD_IP) is \"0.0.0.0\""}},
+		{"hints on loopback", nil, map[string]string{"BATON_HINT_PORT": "9465", "POD_IP": "127.0.3.1"}, []string{"--pod-ip (POD_IP) is \"127.0.3.1\", a loopback address", "BATON_HINT_ALLOW_LOOPBACK=true"}},
+		{"hints on mapped loopback", nil, map[string]string{"BATON_HINT_PORT": "9465", "POD_IP": "::ffff:127.0.0.1"}, []string{"a loopback address"}},
+		{"bad loopback switch", nil, map[string]string{"BATON_HINT_ALLOW_LOOPBACK": "yes please"}, []string{"--hint-allow-loopback (BATON_HINT_ALLOW_LOOPBACK) is \"yes please\""}},
 		{"unknown flag", []string{"--colour"}, nil, []string{"flag provided but not defined", "-h"}},
 		{"stray argument", []string{"run"}, nil, []string{`unexpected argument "run"`}},
 	} {

@@ -77,7 +77,8 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		// The socket outlives SIGTERM (ctx): the releases at shutdown tell the next waiters.
 		hintCtx, stopHints := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopHints()
-		hinter, err := hintudp.New(hintCtx, hintudp.Config{Bind: addr.String(), Log: log.WithName("hints")})
+		hinter, err := hintudp.New(hintCtx, hintudp.Config{Bind: addr.String(), AllowLoopback: opts.HintAllowLoopback,
+			Log: log.WithName("hints")})
 		if err != nil {
 			return fmt.Errorf("sidecar: listening for hand-off hints (%s): %w", sidecarcontract.HintPort.Env(), err)
 		}
@@ -111,15 +112,18 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	srv, err := sidecarapi.NewServer(handler, sidecarapi.WithServerLogger(log.WithName("api")))
+	if err != nil {
+		return err
+	}
 
 	listeners, err := listen(ctx, opts)
 	if err != nil {
 		return err
 	}
-	srv := sidecarapi.NewServer(handler)
 	served := make(chan error, len(listeners))
 	for _, ln := range listeners {
-		go func() { served <- sidecarapi.Serve(srv, ln) }()
+		go func() { served <- srv.Serve(ln) }()
 		log.Info("serving the lock API", "address", ln.Addr().String())
 	}
 

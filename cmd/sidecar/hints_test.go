@@ -66,7 +66,7 @@ func TestSidecarsHandOffWithHints(t *testing.T) {
 	for i, name := range []string{"h1", "h2", "h3"} {
 		mport := freePort(t, "tcp")
 		p := startSidecar(t, ns, name, fmt.Sprintf("POD_IP=127.0.0.%d", 11+i), fmt.Sprintf("BATON_HINT_PORT=%d", port),
-			fmt.Sprintf("BATON_METRICS_ADDR=127.0.0.1:%d", mport))
+			"BATON_HINT_ALLOW_LOOPBACK=true", fmt.Sprintf("BATON_METRICS_ADDR=127.0.0.1:%d", mport))
 		metricsURL[p] = fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
 		all = append(all, p)
 		if i == 0 {

@@ -177,6 +177,7 @@ func (p *proc) sidecarCommand() (program string, args, env []string) {
 		"BATON_CASSANDRA_HOSTS=" + strings.Join(cfg.Hosts, ","), "BATON_CASSANDRA_KEYSPACE=" + cfg.Keyspace,
 		"POD_NAMESPACE=" + podNamespace, "POD_NAME=" + p.name, "POD_UID=uid-" + p.name,
 		fmt.Sprintf("POD_IP=127.0.3.%d", p.index+1), fmt.Sprintf("BATON_HINT_PORT=%d", hintPort),
+		"BATON_HINT_ALLOW_LOOPBACK=true", // every "pod" of the run is a loopback address of this host
 		"BATON_SOCKET=" + p.socket, "BATON_METRICS_ADDR=" + p.metrics,
 	}
 }

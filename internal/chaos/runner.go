@@ -40,7 +40,7 @@ func (p *proc) runnerCommand() (program string, args, env []string) {
 	return cfg.Runner, []string{"run", "--verbose",
 			"--cassandra-hosts", strings.Join(cfg.Hosts, ","), "--keyspace", cfg.Keyspace,
 			"--lock", cfg.Lock, "--lease", cfg.Lease.String(), "--wait", (3 * cfg.Lease).String(), "--grace", "1s",
-			"--hint-addr", fmt.Sprintf("127.0.3.%d:%d", p.index+1, hintPort),
+			"--hint-addr", fmt.Sprintf("127.0.3.%d:%d", p.index+1, hintPort), "--hint-allow-loopback",
 			"--", cfg.Writer},
 		env
 }

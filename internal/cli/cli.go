@@ -296,6 +296,9 @@ Without a sidecar:
   --hint-addr IP:PORT      receive hand-off hints on this UDP address (an IP others reach this
                            host at): while waiting, the holder's release tells this process at
                            once instead of at its next poll (default: poll only)
+  --hint-allow-loopback    development only: let hints use loopback addresses, for several
+                           processes on one host (without it, a loopback --hint-addr is refused
+                           and hints to loopback addresses read from the lock store are dropped)
 
 Cassandra settings (a flag wins over its environment variable; --cassandra-hosts selects the mode
 without a sidecar):

@@ -75,7 +75,7 @@ func (p *program) runDirect(ctx context.Context, o runOptions) (int, error) {
 	if o.hintAddr != "" {
 		hctx, stopHints := context.WithCancel(ctx)
 		defer stopHints()
-		hinter, err := hintudp.New(hctx, hintudp.Config{Bind: o.hintAddr, Log: log.WithName("hints")})
+		hinter, err := hintudp.New(hctx, hintudp.Config{Bind: o.hintAddr, AllowLoopback: o.hintLoopback, Log: log.WithName("hints")})
 		if err != nil {
 			return ExitFailure, fmt.Errorf("listening for hand-off hints on --hint-addr %s: %w", o.hintAddr, err)
 		}

@@ -203,7 +203,11 @@ func serveWrapped(t *testing.T, svc sidecarapi.Service, wrap func(http.Handler) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// The sidecar's own server, with its timeouts and connection limit.
+	srv, err := sidecarapi.NewServer(h)
+	if err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

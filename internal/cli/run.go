@@ -33,12 +33,14 @@ type runOptions struct {
 	createSchema bool
 	verbose      bool
 	hintAddr     string // IP:port to receive hand-off hints on ("" = poll only)
+	// hintLoopback lets hints use loopback addresses: development setups only.
+	hintLoopback bool
 }
 
 // directOnly are the flags of run that make sense only without a sidecar, besides
 // --cassandra-hosts, which selects that mode.
 var directOnly = func() []string {
-	flags := []string{"lease", "create-schema", "verbose", "hint-addr"}
+	flags := []string{"lease", "create-schema", "verbose", "hint-addr", "hint-allow-loopback"}
 	for _, s := range sidecarcontract.CassandraSettings() {
 		if s != sidecarcontract.CassandraHosts {
 			flags = append(flags, s.Flag())
@@ -59,6 +61,7 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 	createSchema := fs.Bool("create-schema", false, "create baton's keyspace and tables first")
 	verbose := fs.Bool("verbose", false, "log the lock's progress")
 	hintAddr := fs.String("hint-addr", "", "IP:port where other baton processes and sidecars reach this one with hand-off hints")
+	hintLoopback := fs.Bool("hint-allow-loopback", false, "development only: hints on loopback addresses")
 	argv, err := parseFlags(fs, "run", args, true)
 	if err != nil {
 		return 0, err
@@ -67,7 +70,8 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 		return 0, usagef("run", "no command to run: write baton run [flags] -- CMD [ARGS...]")
 	}
 	o := runOptions{argv: argv, lockID: strings.TrimSpace(*lockID), wait: *wait, grace: *grace,
-		socket: *socket, lease: *lease, createSchema: *createSchema, verbose: *verbose, hintAddr: strings.TrimSpace(*hintAddr)}
+		socket: *socket, lease: *lease, createSchema: *createSchema, verbose: *verbose, hintAddr: strings.TrimSpace(*hintAddr),
+		hintLoopback: *hintLoopback}
 	if o.lockID != "" {
 		if err := lock.ValidateLockID(o.lockID); err != nil {
 			return 0, usagef("run", "--lock %q: %v: give 1 to %d printable characters without spaces", o.lockID, err, lock.MaxIDLength)
@@ -89,8 +93,12 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 			return 0, usagef("run", "--lease is %v: give a duration from %v to %v", o.lease, lock.MinLease, lock.MaxLease)
 		}
 		if o.hintAddr != "" {
-			if ap, err := netip.ParseAddrPort(o.hintAddr); err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
+			ap, err := netip.ParseAddrPort(o.hintAddr)
+			if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
 				return 0, usagef("run", "--hint-addr %q: give an IP address other processes reach this one at and a port, e.g. 198.18.0.7:9465", o.hintAddr)
+			}
+			if ap.Addr().IsLoopback() && !o.hintLoopback {
+				return 0, usagef("run", "--hint-addr %q is a loopback address, which only this host reaches: give one other hosts reach; several processes on one host (development) add --hint-allow-loopback", o.hintAddr)
 			}
 		}
 		return p.runDirect(ctx, o)

@@ -235,8 +235,11 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) (*Sidecar, error) {
 	s := &Sidecar{Pod: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}, UID: pod.UID,
 		Socket: filepath.Join(base, "baton.sock"), exited: make(chan struct{})}
 	s.Client = sidecarclient.New(s.Socket)
+	// Pods here are processes on loopback addresses of one host (podIP): hints between them
+	// travel on loopback, which a sidecar allows only when told so.
 	env = append(env, "PATH="+os.Getenv("PATH"), sidecarcontract.Socket.Env()+"="+s.Socket,
-		sidecarcontract.Kubeconfig.Env()+"="+kubeconfig, sidecarcontract.MetricsAddr.Env()+"=127.0.0.1:0")
+		sidecarcontract.Kubeconfig.Env()+"="+kubeconfig, sidecarcontract.MetricsAddr.Env()+"=127.0.0.1:0",
+		sidecarcontract.HintAllowLoopback.Env()+"=true")
 	s.cmd = exec.Command(a.cfg.SidecarBinary, c.Args...)
 	s.cmd.Env = env
 	out := a.cfg.Output(pod.Namespace + "/" + pod.Name)

@@ -26,6 +26,12 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	// A body (none is expected) is read first, within the server's read timeout: an unread body
+	// would keep the server from noticing that the client went away.
+	if aerr := drainBody(w, r); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	ch, cancel := h.svc.Subscribe()
 	defer cancel()
 

@@ -3,7 +3,6 @@ package sidecarapi_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/baton-dev/baton/internal/sidecarapi"
@@ -23,6 +22,10 @@ func ExampleNewHandler() {
 		fmt.Println(err)
 		return
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv, err := sidecarapi.NewServer(h, sidecarapi.WithMaxConns(32))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	_ = srv.Serve(ln)
 }

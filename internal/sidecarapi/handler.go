@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -22,6 +23,8 @@ import (
 const (
 	// maxLockIDBytes bounds lock IDs in paths.
 	maxLockIDBytes = 256
+	// answerWriteTimeout bounds sending one JSON answer, from when the handler writes it.
+	answerWriteTimeout = 10 * time.Second
 	// routesHelp lists the routes in "no route" answers.
 	routesHelp = "GET /v1/locks, GET /v1/locks/{lockID}, POST /v1/locks/{lockID}/acquire, " +
 		"POST /v1/locks/{lockID}/release, POST /v1/locks/{lockID}/yield, GET /v1/events, GET /healthz, GET /readyz, GET /startupz"
@@ -321,6 +324,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, hint string) *a
 		typeErr *json.UnmarshalTypeError
 	)
 	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return bodyTimeout()
 	case errors.As(err, &tooBig):
 		return &apiError{status: http.StatusRequestEntityTooLarge, code: sidecarclient.CodeTooLarge,
 			msg: fmt.Sprintf("request body is larger than %d bytes (1 MiB); %s", sidecarclient.MaxBodyBytes, hint)}
@@ -338,6 +343,34 @@ func decodeBody(w http.ResponseWriter, r *http.Request, dst any, hint string) *a
 		return badRequest("unknown field %s in request body; %s", clip(field), hint)
 	default:
 		return badRequest("cannot read request body: %v; %s", err, hint)
+	}
+}
+
+// bodyTimeout is the answer to a request whose body did not arrive within the server's read
+// timeout (WithReadTimeout).
+func bodyTimeout() *apiError {
+	return &apiError{status: http.StatusRequestTimeout, code: sidecarclient.CodeBadRequest,
+		msg: "request body did not arrive in time: the sidecar gives a request a bounded time to arrive, headers and body; send it at once, with a Content-Length that matches the body"}
+}
+
+// drainBody reads and discards the body of a request that takes none, within the server's read
+// timeout and MaxBodyBytes, so that a long-lived answer (the event stream) never waits on one.
+func drainBody(w http.ResponseWriter, r *http.Request) *apiError {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	_, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, sidecarclient.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return bodyTimeout()
+	case errors.As(err, &tooBig):
+		return &apiError{status: http.StatusRequestEntityTooLarge, code: sidecarclient.CodeTooLarge,
+			msg: fmt.Sprintf("request body is larger than %d bytes (1 MiB); %s takes no body", sidecarclient.MaxBodyBytes, r.URL.Path)}
+	default:
+		return badRequest("cannot read request body: %v; %s takes no body", err, r.URL.Path)
 	}
 }
 
@@ -548,6 +581,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Del("Content-Length")
+	// The answer goes out when the handler returns; a client that does not read it may hold the
+	// connection this long at most. Not every writer supports deadlines (httptest).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerWriteTimeout))
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }

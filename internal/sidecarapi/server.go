@@ -2,27 +2,221 @@ package sidecarapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
-// NewServer returns the HTTP server of the API around handler (NewHandler). Serve it with Serve,
-// so that every answer is JSON: the server answers `OPTIONS *` through the handler, not with
-// Go's empty 200.
-func NewServer(handler http.Handler) *http.Server {
-	return &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, DisableGeneralOptionsHandler: true}
+// Defaults of the server options.
+const (
+	// DefaultReadTimeout bounds how long one request (request line, headers and body) may take
+	// to arrive.
+	DefaultReadTimeout = 10 * time.Second
+	// DefaultIdleTimeout is how long a keep-alive connection may wait for its next request. It is
+	// longer than sidecarclient's idle timeout (90s), so that a Go client always closes an idle
+	// connection first and never sends a request on one the server is closing.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxConns is how many connections the server serves at once, over all its listeners.
+	DefaultMaxConns = 64
+	// maxHeaderBytes bounds a request's line and headers; the API's requests need a few hundred
+	// bytes.
+	maxHeaderBytes = 64 << 10
+)
+
+// ServerOption configures NewServer.
+type ServerOption func(*serverOptions)
+
+type serverOptions struct {
+	log         logr.Logger
+	readTimeout time.Duration
+	idleTimeout time.Duration
+	maxConns    int
 }
 
-// Serve serves srv on ln, with Go's own answers to requests it cannot parse (400, 431, 501, 505
-// in plain text, written before any handler runs) turned into the API's JSON error answers.
-func Serve(srv *http.Server, ln net.Listener) error {
-	return srv.Serve(jsonErrorListener{ln})
+// WithServerLogger sets the logger for the connection limit (level 0 when it is reached, at most
+// once a minute). Default: discard.
+func WithServerLogger(l logr.Logger) ServerOption { return func(o *serverOptions) { o.log = l } }
+
+// WithReadTimeout sets how long one request, headers and body, may take to arrive, from its first
+// byte (from the connection's start for the first request). A request slower than that is
+// answered 408 when its headers were read, and its connection closed. Once the body is read the
+// bound no longer applies: a long-polling acquire or an event stream lasts as long as it needs.
+// Must be positive. Default: DefaultReadTimeout (10s).
+func WithReadTimeout(d time.Duration) ServerOption {
+	return func(o *serverOptions) { o.readTimeout = d }
+}
+
+// WithIdleTimeout sets how long a keep-alive connection may wait between requests before the
+// server closes it. Must be positive. Default: DefaultIdleTimeout (2m).
+func WithIdleTimeout(d time.Duration) ServerOption {
+	return func(o *serverOptions) { o.idleTimeout = d }
+}
+
+// WithMaxConns sets how many connections the server serves at once over all its listeners; more
+// wait, unaccepted, until one closes (see Server). Must be positive. Default: DefaultMaxConns (64).
+func WithMaxConns(n int) ServerOption { return func(o *serverOptions) { o.maxConns = n } }
+
+func (o *serverOptions) validate() error {
+	if o.log.GetSink() == nil {
+		o.log = logr.Discard()
+	}
+	switch {
+	case o.readTimeout <= 0:
+		return fmt.Errorf("api: read timeout must be positive, got %v", o.readTimeout)
+	case o.idleTimeout <= 0:
+		return fmt.Errorf("api: idle timeout must be positive, got %v", o.idleTimeout)
+	case o.maxConns <= 0:
+		return fmt.Errorf("api: connection limit must be positive, got %d", o.maxConns)
+	}
+	return nil
+}
+
+// Server is the API's HTTP server around a handler (NewHandler). It bounds what clients can hold:
+//
+//   - each request must arrive, headers and body, within the read timeout; a long poll (acquire
+//     or yield with a wait, the event stream) is not cut by it once its request is read, and there
+//     is no write timeout on the whole answer: the event stream bounds each of its writes itself;
+//   - a keep-alive connection is closed after the idle timeout;
+//   - at most maxConns connections are served at once. Beyond that, new connections are not
+//     accepted: they wait in the kernel's listen queue (a client's connect succeeds and its
+//     request waits; once the queue is full, connects fail at once) and are served in turn when
+//     a connection closes. Waiting costs the sidecar nothing, where accepting a connection to
+//     refuse it would cost a descriptor and a goroutine each time, the very things the limit
+//     protects; every slot is freed within the read or idle timeout unless a legitimate long poll
+//     holds it. The limit being reached is logged, at most once a minute.
+//
+// It does not bound how long a client waits for a slot (its own timeout does), nor how many
+// connections one client may take: the socket is the pod's, shared by its processes.
+type Server struct {
+	http  *http.Server
+	slots chan struct{} // one element per connection being served
+	log   logr.Logger
+
+	lastFullLog atomic.Int64 // unix nanoseconds of the last "limit reached" log line
+}
+
+// NewServer returns the server of the API around handler (NewHandler), validating opts first.
+// Serve it with Serve, so that every answer is JSON: the server answers `OPTIONS *` through the
+// handler, not with Go's empty 200.
+func NewServer(handler http.Handler, opts ...ServerOption) (*Server, error) {
+	if handler == nil {
+		return nil, errors.New("api: NewServer needs a handler, got nil")
+	}
+	o := serverOptions{log: logr.Discard(), readTimeout: DefaultReadTimeout, idleTimeout: DefaultIdleTimeout, maxConns: DefaultMaxConns}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, errors.New("api: NewServer got a nil ServerOption")
+		}
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return &Server{
+		http: &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: o.readTimeout,
+			ReadTimeout:       o.readTimeout,
+			IdleTimeout:       o.idleTimeout,
+			// No WriteTimeout: it would cut long polls and event streams, which bound their own
+			// writes (writeJSON and the event stream set a deadline on each).
+			MaxHeaderBytes:               maxHeaderBytes,
+			DisableGeneralOptionsHandler: true,
+		},
+		slots: make(chan struct{}, o.maxConns),
+		log:   o.log,
+	}, nil
+}
+
+// Serve serves on ln until the server is shut down or closed, with Go's own answers to requests
+// it cannot parse (400, 431, 501, 505 in plain text, written before any handler runs) turned into
+// the API's JSON error answers. It may be called for several listeners; the connection limit is
+// shared by all. It returns http.ErrServerClosed after Shutdown or Close.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.http.Serve(&limitListener{Listener: jsonErrorListener{ln}, srv: s, closed: make(chan struct{})})
+}
+
+// Shutdown stops accepting connections and waits, until ctx ends, for the requests in progress
+// to finish; see http.Server.Shutdown. Event streams and long polls end only with the Service's
+// subscription or their own wait: call Close when ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ctx) }
+
+// Close closes the listeners and every connection at once.
+func (s *Server) Close() error { return s.http.Close() }
+
+// fullLogEvery is how often at most the server logs that the connection limit is reached.
+const fullLogEvery = time.Minute
+
+// takeSlot waits for a free connection slot, or until closed is closed (false).
+func (s *Server) takeSlot(closed <-chan struct{}) bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+	}
+	now, last := time.Now().UnixNano(), s.lastFullLog.Load()
+	if now-last >= int64(fullLogEvery) && s.lastFullLog.CompareAndSwap(last, now) {
+		s.log.Info("API connection limit reached: new connections wait until one closes",
+			"limit", cap(s.slots))
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-closed:
+		return false
+	}
+}
+
+func (s *Server) freeSlot() { <-s.slots }
+
+// limitListener accepts a connection only when the server has a free slot for it.
+type limitListener struct {
+	net.Listener
+	srv       *Server
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	if !l.srv.takeSlot(l.closed) {
+		return nil, fmt.Errorf("api: accept: %w", net.ErrClosed)
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		l.srv.freeSlot()
+		return nil, err
+	}
+	return &limitConn{Conn: c, free: l.srv.freeSlot}, nil
+}
+
+// Close closes the listener and ends an Accept waiting for a slot.
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// limitConn gives its slot back when closed, once.
+type limitConn struct {
+	net.Conn
+	free      func()
+	closeOnce sync.Once
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(c.free)
+	return err
 }
 
 // jsonErrorListener hands out connections that rewrite net/http's plain-text error replies.

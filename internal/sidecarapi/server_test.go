@@ -26,9 +26,13 @@ func TestServerAnswersEveryMalformedRequestInJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(h)
-	go func() { _ = Serve(srv, ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	srv, err := NewServer(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
 
 	big := strings.Repeat("x", http.DefaultMaxHeaderBytes+4096)
 	for _, tc := range []struct {

@@ -45,12 +45,15 @@ const (
 	PodUID       Setting = "pod-uid"
 	PodIP        Setting = "pod-ip"
 
-	Socket          Setting = "socket"
-	ListenTCP       Setting = "listen-tcp"
-	MetricsAddr     Setting = "metrics-addr"
-	HintPort        Setting = "hint-port"
-	ShutdownTimeout Setting = "shutdown-timeout"
-	Kubeconfig      Setting = "kubeconfig"
+	Socket      Setting = "socket"
+	ListenTCP   Setting = "listen-tcp"
+	MetricsAddr Setting = "metrics-addr"
+	HintPort    Setting = "hint-port"
+	// HintAllowLoopback lets hints travel on loopback addresses: development setups only, where
+	// several sidecars run on one host. The webhook never sets it.
+	HintAllowLoopback Setting = "hint-allow-loopback"
+	ShutdownTimeout   Setting = "shutdown-timeout"
+	Kubeconfig        Setting = "kubeconfig"
 )
 
 // row is a setting's line in the table.
@@ -93,6 +96,7 @@ var table = []row{
 	{ListenTCP, "BATON_LISTEN_TCP", "also serve the API on this loopback TCP address (empty: off)", ""},
 	{MetricsAddr, "BATON_METRICS_ADDR", "loopback address of the Prometheus metrics", "127.0.0.1:9464"},
 	{HintPort, "BATON_HINT_PORT", "UDP port on the pod IP for hand-off hints from other sidecars (0: off, waiters only poll)", "0"},
+	{HintAllowLoopback, "BATON_HINT_ALLOW_LOOPBACK", "development only: take and send hand-off hints on loopback addresses, for several sidecars on one host (never in a pod: hint addresses come from the lock store)", "false"},
 	{ShutdownTimeout, "BATON_SHUTDOWN_TIMEOUT", "how long releasing locks may take at SIGTERM", DefaultShutdownTimeout.String()},
 	{Kubeconfig, "BATON_KUBECONFIG", "kubeconfig for running outside a cluster (default: in-cluster config)", ""},
 }

@@ -5,9 +5,16 @@
 // the Locker limits how often it does that for hints that brought nothing. So hints are neither
 // signed nor encrypted; a NetworkPolicy that lets the pods of a lock's group reach each other on
 // the hint port is all they need, and without it waiters fall back to polling.
+//
+// A hint's destination is read from the lock store, where anyone who may write the keyspace can
+// put any address. So a Hinter never sends to a loopback address, which would reach a UDP service
+// of its own pod or host instead of another process of the lock, unless Config.AllowLoopback says
+// this is a development setup with several processes on one host. It does send to any other
+// unicast address: which pods it can reach is the network's to decide (a NetworkPolicy on egress).
 package hintudp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,9 +32,10 @@ const DefaultPort = 9465
 
 // Hinter sends and receives hints on one UDP socket. It is safe for concurrent use.
 type Hinter struct {
-	conn      *net.UDPConn
-	advertise string
-	log       logr.Logger
+	conn          *net.UDPConn
+	advertise     string
+	allowLoopback bool
+	log           logr.Logger
 
 	mu      sync.Mutex
 	waiters map[waiter]chan lock.Hint
@@ -53,7 +61,14 @@ type Config struct {
 	// IP literal and a port (198.18.0.7:9465). Empty: Bind's, which then must name an IP (not
 	// 0.0.0.0 or ::) and a port (the chosen one when Bind's is 0).
 	Advertise string
-	Log       logr.Logger
+	// AllowLoopback lets the Hinter advertise a loopback address and send hints to loopback
+	// addresses (127.0.0.0/8, ::1). For development and tests only, where several processes run
+	// on one host, each on a loopback address of its own. Off, a loopback address to advertise is
+	// an error and a hint to one is dropped and counted in Stats.SendFailed: a queue entry in the
+	// store, which any writer of the keyspace controls, cannot make this process send datagrams to
+	// its own host.
+	AllowLoopback bool
+	Log           logr.Logger
 }
 
 // New binds the socket and starts receiving; the Hinter stops and closes the socket when ctx ends.
@@ -67,11 +82,15 @@ func New(ctx context.Context, cfg Config) (*Hinter, error) {
 		if advertise, err = netip.ParseAddrPort(cfg.Advertise); err != nil {
 			return nil, fmt.Errorf("hintudp: advertised address %q must be an IP literal and a port: %w", cfg.Advertise, err)
 		}
-		if !usable(advertise) {
+		if !usable(advertise, true) {
 			return nil, fmt.Errorf("hintudp: advertised address %q cannot be reached by others: name a unicast IP and a port", cfg.Advertise)
 		}
 	} else if !bind.Addr().IsValid() || bind.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("hintudp: bind address %q listens on every address: set the advertised address (the pod IP) too", cfg.Bind)
+	}
+	if own := cmp.Or(cfg.Advertise, cfg.Bind); !cfg.AllowLoopback && (advertise.Addr().IsLoopback() || bind.Addr().IsLoopback() && !advertise.IsValid()) {
+		return nil, fmt.Errorf("%w: %q reaches only this host; advertise the pod IP (loopback is for development setups with several processes on one host)",
+			ErrLoopback, own)
 	}
 	conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(bind))
 	if err != nil {
@@ -80,7 +99,8 @@ func New(ctx context.Context, cfg Config) (*Hinter, error) {
 	if !advertise.IsValid() {
 		advertise = netip.AddrPortFrom(bind.Addr(), uint16(conn.LocalAddr().(*net.UDPAddr).Port))
 	}
-	h := &Hinter{conn: conn, advertise: advertise.String(), log: cfg.Log, waiters: make(map[waiter]chan lock.Hint)}
+	h := &Hinter{conn: conn, advertise: advertise.String(), allowLoopback: cfg.AllowLoopback, log: cfg.Log,
+		waiters: make(map[waiter]chan lock.Hint)}
 	go func() {
 		<-ctx.Done()
 		_ = conn.Close()
@@ -89,10 +109,15 @@ func New(ctx context.Context, cfg Config) (*Hinter, error) {
 	return h, nil
 }
 
-// usable reports whether a can be a hint's destination or advertised address.
-func usable(a netip.AddrPort) bool {
-	ip := a.Addr()
-	return a.Port() != 0 && ip.IsValid() && !ip.IsUnspecified() && !ip.IsMulticast() && ip != netip.IPv4Unspecified()
+// ErrLoopback is the cause of New's error for a loopback address to advertise without
+// Config.AllowLoopback.
+var ErrLoopback = errors.New("hintudp: loopback address without AllowLoopback")
+
+// usable reports whether a can be a hint's destination or advertised address; a loopback address
+// only with allowLoopback. An IPv4-mapped IPv6 address is judged as the IPv4 address it maps.
+func usable(a netip.AddrPort, allowLoopback bool) bool {
+	ip := a.Addr().Unmap()
+	return a.Port() != 0 && ip.IsValid() && !ip.IsUnspecified() && !ip.IsMulticast() && (allowLoopback || !ip.IsLoopback())
 }
 
 // Addr returns the address written into this process's queue entries.
@@ -121,10 +146,15 @@ func (h *Hinter) Listen(lockID, owner string) (string, <-chan lock.Hint, func())
 }
 
 // Send implements lock.Hinter: one datagram to addr, which must be an IP literal and a port (as
-// Addr returns); anything else is dropped and counted. It never waits for an answer.
+// Addr returns) and not on loopback unless Config.AllowLoopback; anything else is dropped and
+// counted. It never waits for an answer.
 func (h *Hinter) Send(addr string, hint lock.Hint) {
 	to, err := netip.ParseAddrPort(addr)
-	if err == nil && !usable(to) {
+	switch {
+	case err != nil:
+	case !h.allowLoopback && to.Addr().Unmap().IsLoopback():
+		err = errors.New("a loopback address: refused outside development setups (AllowLoopback)")
+	case !usable(to, h.allowLoopback):
 		err = errors.New("not a unicast IP and port")
 	}
 	if err == nil {

@@ -17,7 +17,8 @@ import (
 
 func newHinter(t *testing.T, ctx context.Context) *hintudp.Hinter {
 	t.Helper()
-	h, err := hintudp.New(ctx, hintudp.Config{Bind: "127.0.0.1:0"})
+	// Several "processes" on one host, each on loopback: the development setup AllowLoopback is for.
+	h, err := hintudp.New(ctx, hintudp.Config{Bind: "127.0.0.1:0", AllowLoopback: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +90,16 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		if h, err := hintudp.New(ctx, cfg); err == nil {
 			t.Errorf("New(%+v) = %v, want an error", cfg, h.Addr())
+		}
+	}
+	for _, cfg := range []hintudp.Config{
+		{Bind: "127.0.0.1:0"},
+		{Bind: "[::1]:0"},
+		{Bind: "0.0.0.0:0", Advertise: "127.0.0.5:9465"},
+		{Bind: "0.0.0.0:0", Advertise: "[::ffff:127.0.0.1]:9465"},
+	} {
+		if h, err := hintudp.New(ctx, cfg); !errors.Is(err, hintudp.ErrLoopback) {
+			t.Errorf("New(%+v) without AllowLoopback = %v, %v; want hintudp.ErrLoopback", cfg, h, err)
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -101,7 +101,7 @@ func (s *Sidecars) Contender(ctx context.Context, lockID string, i int) (Contend
 		"BATON_LEASE="+s.cfg.Lease.String(), "BATON_SHUTDOWN_TIMEOUT=5s",
 		"BATON_CASSANDRA_HOSTS="+strings.Join(s.cfg.Hosts, ","), "BATON_CASSANDRA_KEYSPACE="+s.cfg.Keyspace,
 		"POD_NAMESPACE=compare", fmt.Sprintf("POD_NAME=c%d-%d", i, n), fmt.Sprintf("POD_UID=uid-%d-%s", n, randomSuffix()),
-		"POD_IP="+ip.String(), fmt.Sprintf("BATON_HINT_PORT=%d", s.cfg.HintPort),
+		"POD_IP="+ip.String(), fmt.Sprintf("BATON_HINT_PORT=%d", s.cfg.HintPort), "BATON_HINT_ALLOW_LOOPBACK=true",
 		"BATON_SOCKET="+socket, fmt.Sprintf("BATON_METRICS_ADDR=127.0.0.1:%d", metricsPort))
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {

@@ -198,7 +198,7 @@ build: ## build the binaries (sidecar, operator, baton) into bin/, as the Docker
 # The images without Docker: hack/image assembles them from static binaries (package imagebuild),
 # nothing pulled. The baton image mirrors the Dockerfile's final stage (a test keeps them in step).
 .PHONY: image
-image: ## build the baton, pause and demoapp images (baton.local/*:dev) into _out/images.tar without Docker; import with ctr -n k8s.io images import, docker load or kind load image-archive
+image: ## build the baton, pause and demoapp images (baton.local/*:dev) into _out/images.tar without Docker, and their CycloneDX SBOMs into _out/sbom/; import with ctr -n k8s.io images import, docker load or kind load image-archive
 	$(BUILD)
 	$(GO) run ./hack/image -out $(OUT) -baton-bin bin
 

@@ -23,7 +23,7 @@ import (
 )
 
 func main() {
-	out := flag.String("out", "_out", "output directory: the archive goes to <out>/images.tar, the binaries to <out>/imagebin")
+	out := flag.String("out", "_out", "output directory: the archive goes to <out>/images.tar, the SBOMs to <out>/sbom, the binaries to <out>/imagebin")
 	batonBin := flag.String("baton-bin", "", "take the baton binaries from this directory (where make build put them) instead of building them")
 	caBundle := flag.String("ca-bundle", imagebuild.DefaultCABundle, `CA bundle (PEM) for the images; "" for none`)
 	flag.Parse()

@@ -170,3 +170,72 @@ func buildFiles(ctx context.Context, t *testing.T, pkgs string) []string {
 	}
 	return strings.Fields(string(out))
 }
+
+// TestDockerContextBuilds does what docker build does with the build stage, short of the golang
+// image: it copies the build context (the working tree less what .dockerignore leaves out) to a
+// fresh directory and runs the Makefile's BUILD line there. It fails when .dockerignore leaves out
+// anything the build needs, whatever kind of file. Seconds with a warm build cache.
+func TestDockerContextBuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles the baton binaries")
+	}
+	patterns := dockerignore(t)
+	ctxDir := t.TempDir()
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := 0
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if ignored(t, patterns, rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		dst := filepath.Join(ctxDir, filepath.FromSlash(rel))
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil // docker build copies symlinks too; baton's tree has none that the build needs
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		copied++
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := shellWords(t, makeBuild(t))
+	env := append(os.Environ(), "GOFLAGS=-buildvcs=false") // the context has no .git
+	for len(words) > 0 && strings.Contains(words[0], "=") {
+		env = append(env, words[0])
+		words = words[1:]
+	}
+	cmd := exec.CommandContext(t.Context(), words[0], words[1:]...)
+	cmd.Dir, cmd.Env = ctxDir, env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the BUILD line in the build context (%d files) failed: %v\n%s", copied, err, out)
+	}
+	names, err := BatonBinaries(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(ctxDir, "bin", n)); err != nil {
+			t.Errorf("the build in the context made no %s: %v", n, err)
+		}
+	}
+}

@@ -147,10 +147,11 @@ func binary(b Binary, libs map[string]cdx.Component) (cdx.Component, []string, e
 	if sub != "" && sub != mainPkg {
 		purl += "#" + sub
 	}
-	p := props(PropPath, b.Path, PropGoVersion, bi.GoVersion, PropMainModule, bi.Main.Path, PropMainPackage, mainPkg)
+	kv := []string{PropPath, b.Path, PropGoVersion, bi.GoVersion, PropMainModule, bi.Main.Path, PropMainPackage, mainPkg}
 	for _, s := range bi.Settings {
-		*p = append(*p, cdx.Property{Name: PropBuildPrefix + s.Key, Value: s.Value})
+		kv = append(kv, PropBuildPrefix+s.Key, s.Value)
 	}
+	p := props(kv...)
 	app := cdx.Component{
 		BOMRef:     "binary:" + b.Path,
 		Type:       cdx.ComponentTypeApplication,
@@ -304,13 +305,16 @@ func fileSHA256(name string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// props returns name/value pairs as properties, leaving out empty values.
+// props returns name/value pairs as properties, leaving out empty values; nil when none is left.
 func props(kv ...string) *[]cdx.Property {
 	var p []cdx.Property
 	for i := 0; i+1 < len(kv); i += 2 {
 		if kv[i+1] != "" {
 			p = append(p, cdx.Property{Name: kv[i], Value: kv[i+1]})
 		}
+	}
+	if len(p) == 0 {
+		return nil
 	}
 	return &p
 }

@@ -105,6 +105,7 @@ func TestNewListsGoModDependencies(t *testing.T) {
 	if err := Write(&buf, bom); err != nil {
 		t.Fatal(err)
 	}
+	validateSchema(t, buf.Bytes())
 	var back cdx.BOM // what a reader of the file sees
 	if err := cdx.NewBOMDecoder(&buf, cdx.BOMFileFormatJSON).Decode(&back); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,10 +17,18 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/baton-dev/baton/internal/ociimage"
+	"github.com/baton-dev/baton/internal/sbom"
 )
 
 // ArchiveName is the file BuildAll writes in its output directory.
 const ArchiveName = "images.tar"
+
+// Each image's SBOM goes to <outDir>/SBOMDir/<repository's last element>SBOMSuffix, e.g.
+// _out/sbom/baton.cdx.json: CycloneDX JSON (package sbom).
+const (
+	SBOMDir    = "sbom"
+	SBOMSuffix = ".cdx.json"
+)
 
 // DefaultCABundle is the host's CA bundle that goes into the images, when it exists.
 const DefaultCABundle = "/etc/ssl/certs/ca-certificates.crt"
@@ -43,6 +52,8 @@ type Image struct {
 	ID string
 	// Size is the size of the compressed layer and the config, in bytes.
 	Size int64
+	// SBOM is the path of the image's software bill of materials.
+	SBOM string
 }
 
 // Result is what BuildAll built.
@@ -164,13 +175,16 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 		if err != nil {
 			return Result{}, err
 		}
+		if desc.SBOM, err = writeSBOM(filepath.Join(outDir, SBOMDir), desc, s.spec); err != nil {
+			return Result{}, err
+		}
 		tagged = append(tagged, ociimage.Tagged{Image: img, Tags: []string{s.tag}})
 		res.Images = append(res.Images, desc)
 	}
 	if err := ociimage.WriteArchive(res.Archive, tagged...); err != nil {
 		return Result{}, err
 	}
-	fmt.Fprintf(o.progress, "imagebuild: wrote %s in %.1fs\n", res.Archive, time.Since(start).Seconds())
+	fmt.Fprintf(o.progress, "imagebuild: wrote %s and the SBOMs in %s in %.1fs\n", res.Archive, filepath.Join(outDir, SBOMDir), time.Since(start).Seconds())
 	return res, nil
 }
 
@@ -237,6 +251,31 @@ func moduleRoot(ctx context.Context, goCmd string) (string, error) {
 		return "", errors.New("imagebuild: the working directory is not in a Go module: run from baton's source tree or pass WithSourceDir")
 	}
 	return filepath.Dir(gomod), nil
+}
+
+// writeSBOM writes the CycloneDX SBOM of the image desc built from spec into dir and returns its
+// path. Every executable file of the spec read from disk (Source) is taken for a Go binary;
+// files given as Data (passwd, the CA bundle) are not listed.
+func writeSBOM(dir string, desc Image, spec ociimage.Spec) (string, error) {
+	img := sbom.Image{Ref: desc.Tag, Digest: desc.Digest, ID: desc.ID}
+	for _, f := range spec.Files {
+		if f.Source != "" && !f.IsDir() && f.Mode&0o111 != 0 {
+			img.Binaries = append(img.Binaries, sbom.Binary{Path: f.Path, File: f.Source})
+		}
+	}
+	bom, err := sbom.New(img)
+	if err != nil {
+		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+	}
+	repo := desc.Tag[:strings.LastIndex(desc.Tag, ":")]
+	p := filepath.Join(dir, path.Base(repo)+SBOMSuffix)
+	if err := sbom.WriteFile(p, bom); err != nil {
+		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+	}
+	return p, nil
 }
 
 // describe returns the digests and size of img.

@@ -78,6 +78,7 @@ func TestBuildAll(t *testing.T) {
 			files[img.Tag][e.Name] = e
 		}
 	}
+	checkSBOMs(t, out, res, files)
 	for _, tc := range []struct {
 		tag   string
 		paths []string

@@ -8,11 +8,14 @@
 //
 // BuildAll compiles the binaries with the go command (the baton binaries with the Makefile's BUILD
 // line, the others with the same flags), assembles the images and writes <outDir>/images.tar,
-// which ctr -n k8s.io images import, docker load and kind load image-archive accept. make image
+// which ctr -n k8s.io images import, docker load and kind load image-archive accept, and beside it
+// one CycloneDX SBOM per image, <outDir>/sbom/<name>.cdx.json (package sbom): the image by tag
+// and digest, its Go binaries with their SHA-256, Go version and build settings, and every module
+// they link with version and go.sum hash. make image
 // runs it through hack/image. A test keeps BatonSpec in step with the Dockerfile and the build
 // command in step with the Makefile.
 //
-// What it does not do: push, import into a runtime, or build for another platform than
-// linux/amd64. The tags are fixed ("dev"): importing a new archive moves them to the new images,
+// What it does not do: push (and so attach the SBOMs to a registry's image as OCI referrers),
+// import into a runtime, or build for another platform than linux/amd64. The tags are fixed ("dev"): importing a new archive moves them to the new images,
 // so pods must not pull them (imagePullPolicy Never or IfNotPresent).
 package imagebuild

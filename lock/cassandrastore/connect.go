@@ -42,11 +42,12 @@ type Credentials struct {
 	TLS *TLS
 }
 
-// String describes c without the password.
+// String describes c without secrets: not even the user name, which is half a password login
+// and lands in logs, Events and status.
 func (c Credentials) String() string {
-	s := "user " + c.Username
+	s := "a password login"
 	if c.Username == "" {
-		s = "no user"
+		s = "no password login"
 	}
 	if c.TLS != nil {
 		s += ", TLS"
@@ -54,7 +55,7 @@ func (c Credentials) String() string {
 	return s
 }
 
-// GoString describes c for %#v, without the password.
+// GoString describes c for %#v, without secrets.
 func (c Credentials) GoString() string { return "cassandrastore.Credentials{" + c.String() + "}" }
 
 // ClusterConfig returns the gocql configuration of c: consistencies, data-centre aware routing,
@@ -109,7 +110,7 @@ func (c Connection) StoreOptions() []Option {
 	return opts
 }
 
-// String describes c for logs and messages, without secrets.
+// String describes c for logs and messages, without secrets (the user name included).
 func (c Connection) String() string {
 	ks := c.Keyspace
 	if ks == "" {
@@ -117,7 +118,7 @@ func (c Connection) String() string {
 	}
 	s := fmt.Sprintf("Cassandra %v keyspace %s", c.ContactPoints, ks)
 	if c.Username != "" {
-		s += " as " + c.Username
+		s += " with a password login"
 	}
 	if c.TLS != nil {
 		s += " over TLS"

@@ -13,7 +13,7 @@ import (
 
 // TestConnectionPolicy is a table test of PoolSource.Connection for locks that name no Secrets
 // (no API server needed): which contact points are allowed, and when the operator's own login is
-// used or the lock is refused for want of credentials.
+// used or the lock is refused for want of credentials, and where the operator creates the schema.
 func TestConnectionPolicy(t *testing.T) {
 	cfg := inject.Config{Image: "baton:test"}
 	cfg.Cassandra.ContactPoints, cfg.Cassandra.Keyspace = []string{"cass-0.db:9042", "cass-1.db"}, "baton"
@@ -27,8 +27,9 @@ func TestConnectionPolicy(t *testing.T) {
 		ownLogin  bool
 		caOnly    bool
 		anonymous bool
+		schema    bool // EnsuresSchema
 	}{
-		{name: "defaults", ownLogin: true},
+		{name: "defaults", ownLogin: true, schema: true},
 		{name: "a default host alone: no operator login", conn: &batonv1.CassandraConnection{ContactPoints: []string{"CASS-1.db.:9042"}}, refused: true},
 		{name: "one default host, normalised, anonymous allowed", src: controllers.PoolSource{AllowAnonymous: true},
 			conn: &batonv1.CassandraConnection{ContactPoints: []string{"CASS-1.db.:9042"}}, anonymous: true},
@@ -44,7 +45,7 @@ func TestConnectionPolicy(t *testing.T) {
 		{name: "another keyspace, anonymous allowed", src: controllers.PoolSource{AllowAnonymous: true},
 			conn: &batonv1.CassandraConnection{Keyspace: "shop"}, caOnly: true},
 		{name: "one of the operator's keyspaces", src: controllers.PoolSource{OperatorKeyspaces: []string{"baton", "shop"}},
-			conn: &batonv1.CassandraConnection{Keyspace: "shop"}, ownLogin: true},
+			conn: &batonv1.CassandraConnection{Keyspace: "shop"}, ownLogin: true, schema: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := tc.src
@@ -60,6 +61,9 @@ func TestConnectionPolicy(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if s := src.EnsuresSchema(got); s != tc.schema {
+				t.Errorf("EnsuresSchema = %v, want %v", s, tc.schema)
 			}
 			switch {
 			case tc.ownLogin:

@@ -74,7 +74,7 @@ func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lo
 	store, err := s.Pool.Store(ctx, conn)
 	if err != nil {
 		// Cassandra names the user in a refused login; the error lands in status and Events.
-		return nil, redact(err, conn.Username, conn.Password)
+		return nil, conn.Redact(err)
 	}
 	return store, nil
 }
@@ -149,9 +149,11 @@ func (s *PoolSource) Owns(conn cassandrastore.Connection) bool {
 }
 
 // EnsuresSchema is the pool's schema predicate (storepool.WithEnsureSchema): the operator creates
-// a keyspace and its tables only on its own connections (Owns), never in a keyspace a
-// DistributedLock chose.
-func (s *PoolSource) EnsuresSchema(conn cassandrastore.Connection) bool { return s.Owns(conn) }
+// a keyspace and its tables only on its own connections (Owns) with its own credentials, never in
+// a keyspace a DistributedLock chose, nor with a lock's credentials.
+func (s *PoolSource) EnsuresSchema(conn cassandrastore.Connection) bool {
+	return s.Owns(conn) && conn.Username == s.Defaults.Username && conn.Password == s.Defaults.Password && conn.TLS == s.Defaults.TLS
+}
 
 func (s *PoolSource) operatorKeyspaces() []string {
 	if len(s.OperatorKeyspaces) > 0 {
@@ -214,28 +216,4 @@ func secretKey(data map[string][]byte, ns, name, key string) (string, error) {
 		return "", fmt.Errorf("Secret %s/%s has no key %q (or it is empty)", ns, name, key)
 	}
 	return v, nil
-}
-
-// redactedError is an error whose message has the secrets replaced; errors.Is and errors.As still
-// see the original (whose own message is not redacted: do not print what Unwrap returns).
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// redact returns err with every non-empty secret in its message replaced.
-func redact(err error, secrets ...string) error {
-	msg := err.Error()
-	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "[redacted]")
-		}
-	}
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
 }

@@ -151,7 +151,7 @@ func (p *Pool) open(conn cassandrastore.Connection) (*gocql.Session, lock.Store,
 	if ensure && (err == nil || errors.Is(err, cassandrastore.ErrSchema)) {
 		if err := cassandrastore.EnsureSchema(ctx, session, conn.Keyspace, p.replication); err != nil {
 			// Without CREATE permission the schema may still exist; New says if it does not.
-			p.log.Error(err, "ensuring the lock schema", "target", conn.String())
+			p.log.Error(conn.Redact(err), "ensuring the lock schema", "target", conn.String())
 		}
 		if err != nil {
 			store, err = cassandrastore.New(ctx, session, conn.StoreOptions()...)

@@ -2,6 +2,7 @@ package cassandrastore
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -54,6 +55,35 @@ func (c Credentials) String() string {
 	}
 	return s
 }
+
+// Redact returns err with c's user name and password replaced in its message, for errors that
+// go to logs, Events or status: Cassandra names the user in a refused login or a missing
+// permission. errors.Is and errors.As still see err; the message of what Unwrap returns is not
+// redacted. It returns err itself (nil for nil) when there is nothing to replace.
+func (c Credentials) Redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, secret := range []string{c.Password, c.Username} {
+		if secret != "" {
+			msg = strings.ReplaceAll(msg, secret, "[redacted]")
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// redactedError is an error whose message has secrets replaced.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // GoString describes c for %#v, without secrets.
 func (c Credentials) GoString() string { return "cassandrastore.Credentials{" + c.String() + "}" }

@@ -218,6 +218,25 @@ func TestConnectionHidesSecrets(t *testing.T) {
 	}
 }
 
+func TestCredentialsRedact(t *testing.T) {
+	c := cassandrastore.Credentials{Username: "alice", Password: "s3cret"}
+	base := errors.New("Provided username alice and/or password are incorrect (s3cret)")
+	err := c.Redact(fmt.Errorf("connecting: %w", base))
+	if got := err.Error(); got != "connecting: Provided username [redacted] and/or password are incorrect ([redacted])" {
+		t.Errorf("redacted message %q", got)
+	}
+	if !errors.Is(err, base) {
+		t.Error("errors.Is no longer finds the wrapped error")
+	}
+	if c.Redact(nil) != nil {
+		t.Error("Redact(nil) is not nil")
+	}
+	plain := errors.New("nothing secret")
+	if (cassandrastore.Credentials{}).Redact(plain) != plain || c.Redact(plain) != plain {
+		t.Error("an error without secrets is not returned as is")
+	}
+}
+
 // TestClusterConfigSurvivesAFailedSession: a session that failed to start (Cassandra not reachable
 // yet) leaves the configuration usable for the next attempt, as the sidecar's connection retries
 // use it; the driver's token-aware policy alone would panic on the second session.

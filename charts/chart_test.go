@@ -398,14 +398,15 @@ func TestDefaultRender(t *testing.T) {
 			"metrics-bind-address":      ":8080",
 			"health-probe-bind-address": ":8081",
 			"leader-elect":              "true",
-			"schema-replication":        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+			"schema-replication":        "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}",
 			"sidecar-hint-port":         "9465",
 		} {
 			if got, ok := arg(d, flag); !ok || got != want {
 				t.Errorf("--%s = %q (set: %v), want %q", flag, got, ok, want)
 			}
 		}
-		for _, flag := range []string{"cassandra-hosts", "global-namespaces", "cassandra-username-file", "cassandra-tls-ca"} {
+		for _, flag := range []string{"cassandra-hosts", "global-namespaces", "cassandra-username-file", "cassandra-tls-ca",
+			"allow-anonymous-cassandra", "cassandra-allowed-hosts", "operator-keyspaces"} {
 			if v, ok := arg(d, flag); ok {
 				t.Errorf("--%s=%q set by default", flag, v)
 			}
@@ -569,6 +570,18 @@ func TestValues(t *testing.T) {
 				t.Errorf("secret volumes = %v", secrets)
 			}
 		}},
+		{"tenancy", []string{"cassandra.allowedHosts={cass-0.db:9042,cass-eu.db}", "cassandra.operatorKeyspaces={baton,baton_eu}", "cassandra.allowAnonymous=true"},
+			func(t *testing.T, _ map[string]object, d *appsv1.Deployment) {
+				for flag, want := range map[string]string{
+					"cassandra-allowed-hosts":   "cass-0.db:9042,cass-eu.db",
+					"operator-keyspaces":        "baton,baton_eu",
+					"allow-anonymous-cassandra": "true",
+				} {
+					if got, _ := arg(d, flag); got != want {
+						t.Errorf("--%s=%q, want %q", flag, got, want)
+					}
+				}
+			}},
 		{"TLS with a CA only", []string{"cassandra.tls.secretName=cass-ca", "cassandra.tls.certKey="}, func(t *testing.T, _ map[string]object, d *appsv1.Deployment) {
 			if _, ok := arg(d, "cassandra-tls-ca"); !ok {
 				t.Error("--cassandra-tls-ca missing")
@@ -712,5 +725,46 @@ func TestServerDryRun(t *testing.T) {
 	accepted := strings.Count(string(out), "(server dry run)")
 	if want := len(decode(t, manifest)); accepted != want {
 		t.Errorf("the API server accepted %d objects, the chart renders %d", accepted, want)
+	}
+}
+
+// TestNotesWarnWithoutCredentials: helm install without Cassandra credentials for the operator
+// warns, and says what the operator does then; with credentials it does not warn. (helm install
+// --dry-run needs an API server to ask for its version, hence the real one.)
+func TestNotesWarnWithoutCredentials(t *testing.T) {
+	kubeconfig := testenv.WriteKubeconfig(t, kube.Config(t))
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want []string // in the notes; nil: no warning at all
+	}{
+		{"defaults", nil, []string{"WARNING: the operator has no Cassandra credentials", "refuses every DistributedLock that does not name its own"}},
+		{"anonymous", []string{"cassandra.allowAnonymous=true"}, []string{"WARNING: the operator has no Cassandra credentials", "can then take, release or revoke every lock"}},
+		{"TLS without a client certificate", []string{"cassandra.tls.secretName=cass-ca", "cassandra.tls.certKey="}, []string{"WARNING"}},
+		{"password login", []string{"cassandra.credentials.secretName=cass-creds"}, nil},
+		{"client certificate", []string{"cassandra.tls.secretName=cass-tls"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"install", release, chartDir, "--namespace", namespace, "--dry-run=client", "--kubeconfig", kubeconfig}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			out, err := helm(t, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, notes, ok := strings.Cut(out, "NOTES:")
+			if !ok {
+				t.Fatalf("no NOTES in helm's output:\n%s", out)
+			}
+			if tc.want == nil && strings.Contains(notes, "WARNING") {
+				t.Errorf("notes warn although the operator has credentials:\n%s", notes)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(notes, w) {
+					t.Errorf("notes lack %q:\n%s", w, notes)
+				}
+			}
+		})
 	}
 }

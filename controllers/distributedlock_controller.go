@@ -48,6 +48,10 @@ const (
 	// ReasonClusterMismatch: the contact points reach another Cassandra cluster than the one the
 	// lock lives on (status.cassandraClusterName); the operator neither reads nor revokes there.
 	ReasonClusterMismatch = "ClusterMismatch"
+	// ReasonConnectionNotAllowed: the operator's policy refuses the lock's Cassandra connection (a
+	// contact point off its allow-list, a Secret without the opt-in label, no credentials); it
+	// makes no connection (see PoolSource).
+	ReasonConnectionNotAllowed = "ConnectionNotAllowed"
 )
 
 // DefaultStatusInterval is how often the reconciler re-reads the lock store when nothing in
@@ -188,6 +192,10 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			reason, ready = ReasonClusterMismatch, "the contact points reach another Cassandra cluster than the one this lock lives on; status.locks shows the last state seen on it"
 			announce = was == nil || was.Reason != ReasonClusterMismatch
 			log.Info("lock store is another Cassandra cluster; not reading it", "err", msg)
+		} else if errors.Is(err, ErrConnectionNotAllowed) {
+			reason, ready = ReasonConnectionNotAllowed, "the operator refuses this lock's Cassandra connection; StoreReachable says why"
+			announce = was == nil || was.Reason != ReasonConnectionNotAllowed
+			log.Info("lock store connection not allowed; not connecting", "err", msg)
 		} else {
 			log.Info("lock store unreachable", "err", msg)
 		}

@@ -3,8 +3,11 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strings"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -18,9 +21,22 @@ import (
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
+// ErrConnectionNotAllowed is returned (wrapped) for a DistributedLock whose lock store connection
+// the operator refuses to make: a contact point off its allow-list, a Secret that did not opt in,
+// or no credentials at all when anonymous Cassandra is not allowed. The operator makes no
+// connection for such a lock.
+var ErrConnectionNotAllowed = errors.New("connection not allowed")
+
 // PoolSource is the operator's StoreSource: it resolves a DistributedLock's connection (the
-// operator's defaults overridden by spec.cassandra, Secrets read from the lock's namespace) and
-// takes the session from a pool.
+// operator's defaults overridden by spec.cassandra, Secrets read from the lock's namespace),
+// checks it against the operator's policy and takes the session from a pool.
+//
+// The policy keeps the operator from being used against its users (a confused deputy): it
+// connects only to contact points on its allow-list, uses only Secrets labelled
+// batonv1.LabelCassandraSecret=true, uses its own credentials only on its own contact points and
+// keyspaces, and refuses a connection without credentials unless AllowAnonymous. The zero value of
+// each policy field is the strict setting. It does not guarantee that a Secret's owner meant it for
+// this particular lock: any DistributedLock of the namespace may name a labelled Secret.
 type PoolSource struct {
 	Pool *storepool.Pool
 	// Secrets reads the Secrets named by spec.cassandra; an uncached reader (the manager's API
@@ -28,28 +44,51 @@ type PoolSource struct {
 	Secrets client.Reader
 	// Config holds the default connection.
 	Config inject.Config
-	// Defaults are the operator's own credentials and TLS material for its default contact points.
-	// They are never sent to contact points a DistributedLock chose.
+	// Defaults are the operator's own credentials and TLS material for its default contact points
+	// and keyspaces (see OperatorKeyspaces). They are never sent to contact points a
+	// DistributedLock chose, nor used for another keyspace (only the CA, which proves nothing,
+	// still verifies the servers there).
 	Defaults cassandrastore.Credentials
+	// AllowedContactPoints are the contact points a DistributedLock may use, each "host" (port
+	// 9042) or "host:port"; "*" allows any (the operator then sends a lock's credentials wherever
+	// its author says). Empty: only the default contact points (Config.Cassandra.ContactPoints).
+	AllowedContactPoints []string
+	// OperatorKeyspaces are the keyspaces in which the operator uses Defaults on its default
+	// contact points and may create the schema (see EnsuresSchema). Empty: only the default
+	// keyspace (Config.Cassandra.Keyspace, "baton" when unset).
+	OperatorKeyspaces []string
+	// AllowAnonymous lets a connection carry no credentials (no password login, no client
+	// certificate): for a Cassandra without authentication, in development. Without it such a
+	// DistributedLock is refused.
+	AllowAnonymous bool
 }
 
 var _ StoreSource = (*PoolSource)(nil)
 
-// Store implements StoreSource.
+// Store implements StoreSource. Its errors never show the connection's user name or password.
 func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lock.Store, error) {
 	conn, err := s.Connection(ctx, dl)
 	if err != nil {
 		return nil, err
 	}
-	return s.Pool.Store(ctx, conn)
+	store, err := s.Pool.Store(ctx, conn)
+	if err != nil {
+		// Cassandra names the user in a refused login; the error lands in status and Events.
+		return nil, conn.Redact(err)
+	}
+	return store, nil
 }
 
-// Connection resolves dl's lock store connection, reading the Secrets it names.
+// Connection resolves dl's lock store connection, reading the Secrets it names, and checks it
+// against the operator's policy (errors wrapping ErrConnectionNotAllowed).
 func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock) (cassandrastore.Connection, error) {
 	spec := s.Config.StoreConnection(dl)
 	t := cassandrastore.Connection{ContactPoints: spec.ContactPoints, Keyspace: spec.Keyspace, LocalDC: spec.LocalDC}
 	if len(t.ContactPoints) == 0 {
 		return t, fmt.Errorf("no Cassandra contact points: set spec.cassandra.contactPoints or the operator's --cassandra-hosts")
+	}
+	if err := s.checkContactPoints(t.ContactPoints); err != nil {
+		return t, err
 	}
 	var err error
 	if t.Consistency, err = gocql.ParseConsistencyWrapper(string(spec.Consistency)); err != nil {
@@ -58,11 +97,16 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 	if t.SerialConsistency, err = gocql.ParseConsistencyWrapper(string(spec.SerialConsistency)); err != nil {
 		return t, fmt.Errorf("serial consistency: %w", err)
 	}
-	if slices.Equal(spec.ContactPoints, s.Config.Cassandra.ContactPoints) {
+	switch {
+	case s.Owns(t) && spec.CredentialsSecretRef == nil && spec.TLSSecretRef == nil:
 		t.Credentials = s.Defaults
+	case s.Defaults.TLS != nil && len(s.Defaults.TLS.CA) > 0 && slices.Equal(t.ContactPoints, s.Config.Cassandra.ContactPoints):
+		// The operator's own servers, but another keyspace or the lock's own credentials: the
+		// operator's CA still verifies the servers; its login and client certificate stay its own.
+		t.TLS = &cassandrastore.TLS{CA: s.Defaults.TLS.CA}
 	}
 	if ref := spec.CredentialsSecretRef; ref != nil {
-		data, err := s.secret(ctx, dl.Namespace, ref.Name)
+		data, err := s.secret(ctx, dl.Namespace, ref.Name, "credentialsSecretRef")
 		if err != nil {
 			return t, err
 		}
@@ -74,7 +118,7 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 		}
 	}
 	if ref := spec.TLSSecretRef; ref != nil {
-		data, err := s.secret(ctx, dl.Namespace, ref.Name)
+		data, err := s.secret(ctx, dl.Namespace, ref.Name, "tlsSecretRef")
 		if err != nil {
 			return t, err
 		}
@@ -88,16 +132,80 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 		}
 		t.TLS = tls
 	}
+	if !s.AllowAnonymous && t.Username == "" && (t.TLS == nil || len(t.TLS.Cert) == 0) {
+		return t, fmt.Errorf("%w: no Cassandra credentials for keyspace %s: name a Secret labelled %s=true in spec.cassandra.credentialsSecretRef "+
+			"(or a client certificate in tlsSecretRef); the operator uses its own credentials only for its keyspaces %v on its contact points, "+
+			"and connects without credentials only when started with --allow-anonymous-cassandra",
+			ErrConnectionNotAllowed, cmp.Or(t.Keyspace, cassandrastore.DefaultKeyspace), s.operatorKeyspaces(), batonv1.LabelCassandraSecret)
+	}
 	return t, nil
 }
 
-func (s *PoolSource) secret(ctx context.Context, ns, name string) (map[string][]byte, error) {
-	var sec corev1.Secret
-	if err := s.Secrets.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sec); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("Secret %s/%s named in spec.cassandra not found: %w", ns, name, err)
+// Owns says whether conn is one of the operator's own: its default contact points and one of its
+// keyspaces. Only there does it use its own credentials, and create the schema (EnsuresSchema).
+func (s *PoolSource) Owns(conn cassandrastore.Connection) bool {
+	return len(conn.ContactPoints) > 0 && slices.Equal(conn.ContactPoints, s.Config.Cassandra.ContactPoints) &&
+		slices.Contains(s.operatorKeyspaces(), cmp.Or(conn.Keyspace, cassandrastore.DefaultKeyspace))
+}
+
+// EnsuresSchema is the pool's schema predicate (storepool.WithEnsureSchema): the operator creates
+// a keyspace and its tables only on its own connections (Owns) with its own credentials, never in
+// a keyspace a DistributedLock chose, nor with a lock's credentials.
+func (s *PoolSource) EnsuresSchema(conn cassandrastore.Connection) bool {
+	return s.Owns(conn) && conn.Username == s.Defaults.Username && conn.Password == s.Defaults.Password && conn.TLS == s.Defaults.TLS
+}
+
+func (s *PoolSource) operatorKeyspaces() []string {
+	if len(s.OperatorKeyspaces) > 0 {
+		return s.OperatorKeyspaces
+	}
+	return []string{cmp.Or(s.Config.Cassandra.Keyspace, cassandrastore.DefaultKeyspace)}
+}
+
+// checkContactPoints refuses contact points off the allow-list.
+func (s *PoolSource) checkContactPoints(hosts []string) error {
+	allowed := s.AllowedContactPoints
+	if len(allowed) == 0 {
+		allowed = s.Config.Cassandra.ContactPoints
+	}
+	if slices.Contains(allowed, "*") {
+		return nil
+	}
+	var refused []string
+	for _, h := range hosts {
+		if !slices.ContainsFunc(allowed, func(a string) bool { return normalHost(a) == normalHost(h) }) {
+			refused = append(refused, h)
 		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: contact point(s) %v are not on the operator's allow-list %v: the operator sends credentials only to Cassandra servers "+
+		"its administrator listed (--cassandra-allowed-hosts); use those, or ask the administrator to add yours", ErrConnectionNotAllowed, refused, allowed)
+}
+
+// normalHost returns h as lower-case host:port, with Cassandra's port 9042 when h has none.
+func normalHost(h string) string {
+	h = strings.TrimSpace(h)
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		host, port = strings.Trim(h, "[]"), "9042"
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.ToLower(host), "."), port)
+}
+
+// secret reads Secret ns/name for field (of spec.cassandra), which must carry the opt-in label. A
+// missing Secret and one without the label give the same message: the author of a DistributedLock
+// learns nothing about Secrets they may not read.
+func (s *PoolSource) secret(ctx context.Context, ns, name, field string) (map[string][]byte, error) {
+	var sec corev1.Secret
+	err := s.Secrets.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sec)
+	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading Secret %s/%s: %w", ns, name, err)
+	}
+	if err != nil || sec.Labels[batonv1.LabelCassandraSecret] != "true" {
+		return nil, fmt.Errorf("%w: Secret %s/%s named in spec.cassandra.%s does not exist or lacks the label %s=true, "+
+			"by which whoever manages a Secret lets the operator use it for Cassandra", ErrConnectionNotAllowed, ns, name, field, batonv1.LabelCassandraSecret)
 	}
 	return sec.Data, nil
 }

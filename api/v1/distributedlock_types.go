@@ -112,6 +112,12 @@ const (
 	SerialConsistencyLocalSerial SerialConsistency = "LOCAL_SERIAL"
 )
 
+// LabelCassandraSecret, set to "true" on a Secret, lets the operator use that Secret when a
+// DistributedLock of its namespace names it in spec.cassandra.credentialsSecretRef or
+// tlsSecretRef. The operator ignores a Secret without it: whoever may create a DistributedLock
+// must not thereby make the operator read, and send to Cassandra, any Secret of the namespace.
+const LabelCassandraSecret = "baton.dev/cassandra-secret"
+
 // AnnotationRevoke on a DistributedLock asks the operator to revoke grants. Its value is a
 // comma-separated list of entries, each "<lockId>=<token>" (revoke exactly the grant with that
 // fencing token) or a bare "<lockId>" (the grant current when the operator reads it). The operator
@@ -233,7 +239,8 @@ type DistributedLockSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.serialConsistency) || self.serialConsistency != 'LOCAL_SERIAL' || has(self.localDC)",message="serialConsistency LOCAL_SERIAL needs cassandra.localDC"
 type CassandraConnection struct {
 	// contactPoints are Cassandra hosts to connect to first, each "host" or "host:port" (port
-	// 9042 when left out). At most 16.
+	// 9042 when left out). At most 16. The operator connects only to contact points on its
+	// allow-list (by default its own, --cassandra-hosts).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MinItems=1
@@ -266,13 +273,17 @@ type CassandraConnection struct {
 	SerialConsistency SerialConsistency `json:"serialConsistency,omitempty"`
 
 	// credentialsSecretRef names a Secret in the DistributedLock's namespace holding the Cassandra
-	// username and password.
+	// username and password. The operator uses it only if it carries the label
+	// baton.dev/cassandra-secret=true. Without credentials here, the operator uses its own only for
+	// its own keyspaces on its own contact points, and otherwise refuses the lock unless it runs
+	// with --allow-anonymous-cassandra.
 	// +optional
 	CredentialsSecretRef *CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
 
 	// tlsSecretRef names a Secret in the DistributedLock's namespace holding the CA that signs the
 	// Cassandra server certificates and, for mutual TLS, a client certificate and key. TLS is on
-	// when it is set.
+	// when it is set. The operator uses it only if it carries the label
+	// baton.dev/cassandra-secret=true.
 	// +optional
 	TLSSecretRef *TLSSecretRef `json:"tlsSecretRef,omitempty"`
 }

@@ -49,7 +49,8 @@ func TestHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	for _, want := range []string{"-sidecar-image", "-webhook-certs", "-global-namespaces", "-leader-elect", "-health-probe-bind-address", "-sidecar-hint-port", "-sidecar-metrics-port"} {
+	for _, want := range []string{"-sidecar-image", "-webhook-certs", "-global-namespaces", "-leader-elect", "-health-probe-bind-address", "-sidecar-hint-port", "-sidecar-metrics-port",
+		"-allow-anonymous-cassandra", "-cassandra-allowed-hosts", "-operator-keyspaces"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("-h output lacks %s", want)
 		}
@@ -57,13 +58,15 @@ func TestHelp(t *testing.T) {
 }
 
 func TestBadSettingsAreAllReported(t *testing.T) {
-	out, code := run(t, nil, "--webhook-certs=sometimes", "--sidecar-memory-limit=lots", "--status-interval=1ms", "--sidecar-hint-port=80", "--sidecar-metrics-port=81")
+	out, code := run(t, nil, "--webhook-certs=sometimes", "--sidecar-memory-limit=lots", "--status-interval=1ms", "--sidecar-hint-port=80", "--sidecar-metrics-port=81",
+		"--operator-keyspaces=baton,9lives", "--schema-replication=")
 	if code != 2 {
 		t.Fatalf("exit %d, want 2:\n%s", code, out)
 	}
 	for _, want := range []string{
 		`--sidecar-memory-limit="lots"`, "sidecar image is empty", "--namespace is empty and POD_NAMESPACE is not set",
 		`--webhook-certs="sometimes": use self or external`, "--status-interval=1ms", "hint port 80: use 1024 to 65535", "metrics port 81: use 1024 to 65535",
+		`--operator-keyspaces: "9lives" is not a keyspace name`, "--schema-replication is empty",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -117,6 +117,9 @@ func Install(ctx context.Context, c Chart) ([]byte, error) {
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
 		"--set", "sidecar.image.pullPolicy=Never", "--set", "replicas=1",
 		"--set", "cassandra.hosts={" + strings.Join(c.Hosts, ",") + "}",
+		// The local Cassandra runs without authentication, on one node.
+		"--set", "cassandra.allowAnonymous=true",
+		"--set-json", `cassandra.schemaReplication="{'class': 'SimpleStrategy', 'replication_factor': 1}"`,
 		"--wait", "--timeout", timeout.String()}
 	if len(c.GlobalNamespaces) > 0 {
 		args = append(args, "--set", "globalNamespaces={"+strings.Join(c.GlobalNamespaces, ",")+"}")

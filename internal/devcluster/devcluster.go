@@ -142,6 +142,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		"--sidecar-image=" + imagebuild.BatonTag, // what make image builds; the node agent runs the binary itself
 		"--cassandra-hosts=" + strings.Join(o.CassandraHosts, ","),
 		"--cassandra-keyspace=" + o.Keyspace,
+		// The local Cassandra runs without authentication, often on one node.
+		"--allow-anonymous-cassandra",
+		"--schema-replication={'class': 'SimpleStrategy', 'replication_factor': 1}",
 		"--webhook-port=" + strconv.Itoa(webhookPort),
 		"--webhook-cert-dir=" + certDir,
 		"--webhook-extra-dns-names=localhost",

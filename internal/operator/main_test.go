@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,7 +100,9 @@ func up(t *testing.T) *devcluster.Cluster {
 func clusterOptions(cfg *rest.Config, hosts []string, sidecar, prefix string) devcluster.Options {
 	return devcluster.Options{
 		Server: cfg, RepoRoot: filepath.Join("..", ".."), CassandraHosts: hosts, Keyspace: keyspace, SidecarBinary: sidecar,
-		OperatorArgs:  []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace},
+		// 127.0.0.1:1 (nothing listens there) is allowed for TestStoreUnreachableCondition.
+		OperatorArgs: []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace,
+			"--cassandra-allowed-hosts=" + strings.Join(append(slices.Clone(hosts), "127.0.0.1:1"), ",")},
 		Log:           funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, prefix+s) }, funcr.Options{LogTimestamp: true, Verbosity: 1}),
 		SidecarOutput: nodeagent.PrefixLines(sidecarLog, prefix),
 	}

@@ -306,11 +306,18 @@ func TestStoreUnreachableCondition(t *testing.T) {
 	create(t, env, newLock(ns, "nosecret", func(d *batonv1.DistributedLock) {
 		d.Spec.Cassandra = &batonv1.CassandraConnection{CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "cassandra-creds"}}
 	}))
-	c = waitCondition(t, env, ns, "nosecret", batonv1.ConditionStoreReachable, metav1.ConditionFalse, controllers.ReasonStoreUnreachable)
-	if want := "Secret " + ns + "/cassandra-creds named in spec.cassandra not found"; !strings.Contains(c.Message, want) {
+	c = waitCondition(t, env, ns, "nosecret", batonv1.ConditionStoreReachable, metav1.ConditionFalse, controllers.ReasonConnectionNotAllowed)
+	if want := "Secret " + ns + "/cassandra-creds named in spec.cassandra.credentialsSecretRef does not exist or lacks the label"; !strings.Contains(c.Message, want) {
 		t.Errorf("message %q lacks %q", c.Message, want)
 	}
-	waitCondition(t, env, ns, "nosecret", batonv1.ConditionReady, metav1.ConditionFalse, controllers.ReasonStoreUnreachable)
+	waitCondition(t, env, ns, "nosecret", batonv1.ConditionReady, metav1.ConditionFalse, controllers.ReasonConnectionNotAllowed)
+	create(t, env, newLock(ns, "offlist", func(d *batonv1.DistributedLock) {
+		d.Spec.Cassandra = &batonv1.CassandraConnection{ContactPoints: []string{"127.0.0.1:2"}}
+	}))
+	c = waitCondition(t, env, ns, "offlist", batonv1.ConditionStoreReachable, metav1.ConditionFalse, controllers.ReasonConnectionNotAllowed)
+	if want := "[127.0.0.1:2] are not on the operator's allow-list"; !strings.Contains(c.Message, want) {
+		t.Errorf("message %q lacks %q", c.Message, want)
+	}
 }
 
 // waitCondition waits for condition typ of DistributedLock ns/name to have status and reason.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +22,6 @@ import (
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
-	"github.com/baton-dev/baton/lock/cassandrastore"
 	"github.com/baton-dev/baton/lock/hintudp"
 )
 
@@ -41,6 +41,12 @@ const (
 	NativeTrue  = "true"
 	NativeFalse = "false"
 )
+
+// DefaultSchemaReplication is the replication of a keyspace the operator creates unless
+// --schema-replication says otherwise: three replicas in every data centre, so that the locks
+// survive a lost node (QUORUM of 3). It needs Cassandra 4.0 or later and at least 3 nodes per data
+// centre; a one-node development Cassandra needs SimpleStrategy with replication_factor 1.
+const DefaultSchemaReplication = "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}"
 
 // Options are the operator's settings, one flag each (see Usage).
 type Options struct {
@@ -70,6 +76,17 @@ type Options struct {
 	// Operator's own credentials for the default contact points: files from a mounted Secret.
 	CassandraUsernameFile, CassandraPasswordFile      string
 	CassandraTLSCA, CassandraTLSCert, CassandraTLSKey string
+
+	// CassandraAllowedHosts are the contact points a DistributedLock may name ("*": any); empty
+	// means the default contact points only. The operator connects nowhere else.
+	CassandraAllowedHosts []string
+	// OperatorKeyspaces are the keyspaces where the operator uses its own credentials (on its
+	// default contact points) and may create the schema; empty means the default keyspace only.
+	OperatorKeyspaces []string
+	// AllowAnonymousCassandra accepts DistributedLocks whose connection carries no credentials,
+	// for a Cassandra without authentication (development). Dangerous elsewhere: whoever reaches
+	// such a Cassandra controls every lock in it.
+	AllowAnonymousCassandra bool
 
 	EnsureSchema      bool
 	SchemaReplication string
@@ -102,7 +119,10 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.StringVar(&o.WebhookConfiguration, "webhook-configuration", "baton-inject", "MutatingWebhookConfiguration whose caBundle the operator maintains")
 	fs.StringVar(&o.Inject.Image, "sidecar-image", "", "sidecar image (required), e.g. ghcr.io/baton-dev/baton:v0.1.0")
 	fs.BoolVar(&o.EnsureSchema, "ensure-schema", true, "create the lock keyspace and tables when the operator first uses a connection")
-	fs.StringVar(&o.SchemaReplication, "schema-replication", cassandrastore.DefaultReplication, "CQL replication map of a keyspace the operator creates")
+	fs.StringVar(&o.SchemaReplication, "schema-replication", DefaultSchemaReplication, "CQL replication map of a keyspace the operator creates (the default needs Cassandra >= 4.0 and 3 nodes per data centre; one node for development: {'class': 'SimpleStrategy', 'replication_factor': 1})")
+	fs.BoolVar(&o.AllowAnonymousCassandra, "allow-anonymous-cassandra", false, "accept DistributedLocks that bring no Cassandra credentials and, without its own, connect without any: only for a Cassandra without authentication, in development")
+	fs.Var(listFlag{&o.CassandraAllowedHosts}, "cassandra-allowed-hosts", `contact points a DistributedLock's spec.cassandra.contactPoints may name, host[:port],... ("*": any; default: --cassandra-hosts); the operator sends credentials nowhere else`)
+	fs.Var(listFlag{&o.OperatorKeyspaces}, "operator-keyspaces", "keyspaces where the operator uses its own Cassandra credentials on its default contact points and may create the schema, comma-separated (default: --cassandra-keyspace)")
 	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "how often DistributedLock status is re-read from the lock store")
 	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
 	fs.StringVar(&o.NativeSidecars, "native-sidecars", NativeAuto, "inject native sidecars (Kubernetes >= 1.29): auto (from the server version), true or false")
@@ -217,6 +237,14 @@ func (o Options) Validate() error {
 	if (o.CassandraTLSCert == "") != (o.CassandraTLSKey == "") {
 		bad("--cassandra-tls-cert and --cassandra-tls-key go together")
 	}
+	for _, ks := range o.OperatorKeyspaces {
+		if !keyspaceName.MatchString(ks) {
+			bad("--operator-keyspaces: %q is not a keyspace name (a letter, then up to 47 letters, digits or '_')", ks)
+		}
+	}
+	if strings.TrimSpace(o.SchemaReplication) == "" {
+		bad("--schema-replication is empty: give a CQL replication map such as %s", DefaultSchemaReplication)
+	}
 	if o.LogVerbosity < 0 {
 		bad("--log-verbosity=%d: want 0 or more", o.LogVerbosity)
 	}
@@ -231,6 +259,8 @@ func Usage(w io.Writer) {
 	fmt.Fprintln(w, "baton operator: sidecar injection, DistributedLock status and sidecar permissions.\nFlags:")
 	fs.PrintDefaults()
 }
+
+var keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
 
 func upperWord(s string) string { return strings.ToUpper(strings.TrimSpace(s)) }
 

@@ -111,8 +111,15 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		return fmt.Errorf("operator: manager: %w", err)
 	}
 
-	pool := storepool.New(storepool.WithLogger(log.WithName("storepool")), ensureSchema(o))
+	stores := &controllers.PoolSource{Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults,
+		AllowedContactPoints: o.CassandraAllowedHosts, OperatorKeyspaces: o.OperatorKeyspaces, AllowAnonymous: o.AllowAnonymousCassandra}
+	pool := storepool.New(storepool.WithLogger(log.WithName("storepool")), ensureSchema(o, stores.EnsuresSchema))
 	defer pool.Close()
+	stores.Pool = pool
+	if defaults.Username == "" && (defaults.TLS == nil || len(defaults.TLS.Cert) == 0) && !o.AllowAnonymousCassandra {
+		log.Info("no Cassandra credentials of the operator's own: every DistributedLock must name its own " +
+			"(start with --allow-anonymous-cassandra for a Cassandra without authentication)")
+	}
 	metrics := controllers.NewMetrics()
 	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
 		return fmt.Errorf("operator: %w", err)
@@ -120,7 +127,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 	reconciler := &controllers.DistributedLockReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		Stores:    &controllers.PoolSource{Pool: pool, Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults},
+		Stores:    stores,
 		Recorder:  mgr.GetEventRecorder("baton-operator"),
 		Config:    o.Inject,
 		Interval:  o.StatusInterval,
@@ -229,11 +236,13 @@ func ensureSecret(ctx context.Context, r client.Reader, w client.Writer, namespa
 	return nil
 }
 
-func ensureSchema(o Options) storepool.Option {
+// ensureSchema is the pool's schema option: with --ensure-schema, the schema of the connections
+// for which only says so.
+func ensureSchema(o Options, only func(cassandrastore.Connection) bool) storepool.Option {
 	if !o.EnsureSchema {
 		return func(*storepool.Pool) {}
 	}
-	return storepool.WithEnsureSchema(o.SchemaReplication)
+	return storepool.WithEnsureSchema(o.SchemaReplication, only)
 }
 
 // nativeSidecars decides the native-sidecar mode, asking the server for its version in auto mode.

@@ -33,6 +33,7 @@ func key(c cassandrastore.Connection) string {
 type Pool struct {
 	log          logr.Logger
 	ensureSchema bool
+	schemaFor    func(cassandrastore.Connection) bool // nil: every connection
 	replication  string
 	idle         time.Duration
 	now          func() time.Time
@@ -55,9 +56,10 @@ type Option func(*Pool)
 
 // WithEnsureSchema makes the pool create the keyspace and tables (cassandrastore.EnsureSchema,
 // with the CQL replication map given, or cassandrastore.DefaultReplication when empty) before it
-// first uses a connection.
-func WithEnsureSchema(replication string) Option {
-	return func(p *Pool) { p.ensureSchema, p.replication = true, replication }
+// first uses a connection for which only returns true (every connection when only is nil). only
+// must depend on the connection alone.
+func WithEnsureSchema(replication string, only func(cassandrastore.Connection) bool) Option {
+	return func(p *Pool) { p.ensureSchema, p.replication, p.schemaFor = true, replication, only }
 }
 
 // WithIdle sets how long an unused session stays open (default DefaultIdle).
@@ -145,10 +147,11 @@ func (p *Pool) open(conn cassandrastore.Connection) (*gocql.Session, lock.Store,
 	// New checks the server before the schema: nothing is created on a Cassandra whose
 	// lightweight transactions are unsafe for a lock (or that cannot be read at all).
 	store, err := cassandrastore.New(ctx, session, conn.StoreOptions()...)
-	if p.ensureSchema && (err == nil || errors.Is(err, cassandrastore.ErrSchema)) {
+	ensure := p.ensureSchema && (p.schemaFor == nil || p.schemaFor(conn))
+	if ensure && (err == nil || errors.Is(err, cassandrastore.ErrSchema)) {
 		if err := cassandrastore.EnsureSchema(ctx, session, conn.Keyspace, p.replication); err != nil {
 			// Without CREATE permission the schema may still exist; New says if it does not.
-			p.log.Error(err, "ensuring the lock schema", "target", conn.String())
+			p.log.Error(conn.Redact(err), "ensuring the lock schema", "target", conn.String())
 		}
 		if err != nil {
 			store, err = cassandrastore.New(ctx, session, conn.StoreOptions()...)

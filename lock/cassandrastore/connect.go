@@ -2,6 +2,7 @@ package cassandrastore
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -42,11 +43,12 @@ type Credentials struct {
 	TLS *TLS
 }
 
-// String describes c without the password.
+// String describes c without secrets: not even the user name, which is half a password login
+// and lands in logs, Events and status.
 func (c Credentials) String() string {
-	s := "user " + c.Username
+	s := "a password login"
 	if c.Username == "" {
-		s = "no user"
+		s = "no password login"
 	}
 	if c.TLS != nil {
 		s += ", TLS"
@@ -54,7 +56,36 @@ func (c Credentials) String() string {
 	return s
 }
 
-// GoString describes c for %#v, without the password.
+// Redact returns err with c's user name and password replaced in its message, for errors that
+// go to logs, Events or status: Cassandra names the user in a refused login or a missing
+// permission. errors.Is and errors.As still see err; the message of what Unwrap returns is not
+// redacted. It returns err itself (nil for nil) when there is nothing to replace.
+func (c Credentials) Redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, secret := range []string{c.Password, c.Username} {
+		if secret != "" {
+			msg = strings.ReplaceAll(msg, secret, "[redacted]")
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// redactedError is an error whose message has secrets replaced.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// GoString describes c for %#v, without secrets.
 func (c Credentials) GoString() string { return "cassandrastore.Credentials{" + c.String() + "}" }
 
 // ClusterConfig returns the gocql configuration of c: consistencies, data-centre aware routing,
@@ -109,7 +140,7 @@ func (c Connection) StoreOptions() []Option {
 	return opts
 }
 
-// String describes c for logs and messages, without secrets.
+// String describes c for logs and messages, without secrets (the user name included).
 func (c Connection) String() string {
 	ks := c.Keyspace
 	if ks == "" {
@@ -117,7 +148,7 @@ func (c Connection) String() string {
 	}
 	s := fmt.Sprintf("Cassandra %v keyspace %s", c.ContactPoints, ks)
 	if c.Username != "" {
-		s += " as " + c.Username
+		s += " with a password login"
 	}
 	if c.TLS != nil {
 		s += " over TLS"

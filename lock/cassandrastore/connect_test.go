@@ -206,15 +206,34 @@ func TestConnectionHidesSecrets(t *testing.T) {
 	holder := struct{ Cassandra cassandrastore.Connection }{conn}
 	for _, s := range []string{conn.String(), fmt.Sprintf("%v", conn), fmt.Sprintf("%+v", holder), fmt.Sprintf("%#v", holder),
 		fmt.Sprintf("%+v", conn.Credentials), fmt.Sprintf("%#v", conn.Credentials)} {
-		if strings.Contains(s, "s3cret") || strings.Contains(s, "private") {
+		if strings.Contains(s, "s3cret") || strings.Contains(s, "private") || strings.Contains(s, "alice") {
 			t.Errorf("%q shows a secret", s)
 		}
 	}
-	if s := conn.String(); s != "Cassandra [db:9042] keyspace locks as alice over TLS" {
+	if s := conn.String(); s != "Cassandra [db:9042] keyspace locks with a password login over TLS" {
 		t.Errorf("String() = %q", s)
 	}
 	if s := (cassandrastore.Connection{ContactPoints: []string{"db"}}).String(); s != "Cassandra [db] keyspace baton" {
 		t.Errorf("String() of a plain connection = %q", s)
+	}
+}
+
+func TestCredentialsRedact(t *testing.T) {
+	c := cassandrastore.Credentials{Username: "alice", Password: "s3cret"}
+	base := errors.New("Provided username alice and/or password are incorrect (s3cret)")
+	err := c.Redact(fmt.Errorf("connecting: %w", base))
+	if got := err.Error(); got != "connecting: Provided username [redacted] and/or password are incorrect ([redacted])" {
+		t.Errorf("redacted message %q", got)
+	}
+	if !errors.Is(err, base) {
+		t.Error("errors.Is no longer finds the wrapped error")
+	}
+	if c.Redact(nil) != nil {
+		t.Error("Redact(nil) is not nil")
+	}
+	plain := errors.New("nothing secret")
+	if (cassandrastore.Credentials{}).Redact(plain) != plain || c.Redact(plain) != plain {
+		t.Error("an error without secrets is not returned as is")
 	}
 }
 

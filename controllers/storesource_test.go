@@ -1,0 +1,175 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/storepool"
+	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/lock/cassandrastore"
+)
+
+// operatorLogin is the operator's own Cassandra login in these tests.
+var operatorLogin = login{"baton-operator", "operator-s3cret"}
+
+// deputy is an operator's lock store source on the real API server, as internal/operator wires
+// it, with everything the reconciler and the pool log and emit captured.
+type deputy struct {
+	c      client.Client
+	ns     string
+	src    *controllers.PoolSource
+	events *events
+	log    *testenv.SyncBuffer
+}
+
+// newDeputy returns an operator whose default contact points are defaultHosts (its own keyspace
+// "baton", its own login operatorLogin) in a fresh namespace.
+func newDeputy(t *testing.T, defaultHosts ...string) *deputy {
+	t.Helper()
+	c := kube.RuntimeClient(t, batonv1.AddToScheme)
+	d := &deputy{c: c, ns: testenv.Namespace(t, c, "deputy-"), events: &events{}, log: &testenv.SyncBuffer{}}
+	logger := funcr.New(func(prefix, args string) { fmt.Fprintln(d.log, prefix, args) }, funcr.Options{Verbosity: 1})
+	pool := storepool.New(storepool.WithLogger(logger))
+	t.Cleanup(pool.Close)
+	cfg := inject.Config{Image: "baton:test"}
+	cfg.Cassandra.ContactPoints, cfg.Cassandra.Keyspace = defaultHosts, "baton"
+	d.src = &controllers.PoolSource{Pool: pool, Secrets: c, Config: cfg,
+		Defaults: cassandrastore.Credentials{Username: operatorLogin.user, Password: operatorLogin.password}}
+	return d
+}
+
+// secret creates a Secret of the test namespace with data, and labels.
+func (d *deputy) secret(t *testing.T, name string, data, labels map[string]string) {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: name, Labels: labels}, StringData: data}
+	if err := d.c.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reconcile creates a DistributedLock with connection conn, reconciles it once as the controller
+// would and returns it as written back.
+func (d *deputy) reconcile(t *testing.T, name string, conn *batonv1.CassandraConnection) *batonv1.DistributedLock {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: name},
+		Spec: batonv1.DistributedLockSpec{LockIDs: []string{name}, Cassandra: conn}}
+	if err := d.c.Create(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	r := &controllers.DistributedLockReconciler{Client: d.c, Stores: d.src, Recorder: d.events, Config: d.src.Config, Interval: time.Hour}
+	logger := funcr.New(func(prefix, args string) { fmt.Fprintln(d.log, prefix, args) }, funcr.Options{Verbosity: 1})
+	if _, err := r.Reconcile(logf.IntoContext(ctx, logger), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dl)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.c.Get(ctx, client.ObjectKeyFromObject(dl), dl); err != nil {
+		t.Fatal(err)
+	}
+	return dl
+}
+
+// conditions returns dl's conditions, one a line.
+func conditions(dl *batonv1.DistributedLock) string {
+	var b strings.Builder
+	for _, c := range dl.Status.Conditions {
+		fmt.Fprintf(&b, "%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return b.String()
+}
+
+// TestNoCredentialsToAServerTheLockNames: a DistributedLock author who may not read the Secrets of
+// the namespace names one of them (with key names of their choosing) and a server of their own as
+// contact point. The operator must not send that Secret, nor its own login, to the server: it
+// makes no connection at all.
+func TestNoCredentialsToAServerTheLockNames(t *testing.T) {
+	evil := newFakeCQL(t)
+	d := newDeputy(t, "cassandra.baton-system.svc:9042")
+	d.secret(t, "payments-db", map[string]string{"db-user": "payments", "db-pass": "payments-s3cret"}, nil)
+	dl := d.reconcile(t, "steal", &batonv1.CassandraConnection{ContactPoints: []string{evil.addr()},
+		CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "payments-db", UsernameKey: "db-user", PasswordKey: "db-pass"}})
+
+	if conns, logins := evil.received(); conns != 0 || len(logins) != 0 {
+		t.Errorf("the server the lock named got %d connection(s) and the logins %v; want none", conns, logins)
+	}
+	if !strings.Contains(conditions(dl), "not on the operator's allow-list") {
+		t.Errorf("conditions do not say why the contact point was refused:\n%s", conditions(dl))
+	}
+}
+
+// TestOperatorLoginOnlyForItsKeyspaces: a lock that keeps the operator's contact points but names
+// another keyspace, and brings no credentials, gets no connection with the operator's login. A
+// lock in the operator's own keyspace is the control: the fake does receive that login.
+func TestOperatorLoginOnlyForItsKeyspaces(t *testing.T) {
+	db := newFakeCQL(t)
+	d := newDeputy(t, db.addr())
+	d.reconcile(t, "own", nil)
+	if _, logins := db.received(); len(logins) != 1 || logins[0] != operatorLogin {
+		t.Fatalf("the lock in the operator's keyspace: logins %v, want the operator's (the fake works)", logins)
+	}
+	dl := d.reconcile(t, "other", &batonv1.CassandraConnection{Keyspace: "someone_else"})
+	if _, logins := db.received(); len(logins) != 1 {
+		t.Errorf("a lock in keyspace someone_else made the operator log in again: %v", logins[1:])
+	}
+	if !strings.Contains(conditions(dl), "no Cassandra credentials") {
+		t.Errorf("conditions do not say the lock needs credentials:\n%s", conditions(dl))
+	}
+}
+
+// TestSecretsOptInByLabel: the operator uses a Secret only when it carries the label
+// baton.dev/cassandra-secret=true, which whoever manages the Secret sets.
+func TestSecretsOptInByLabel(t *testing.T) {
+	db := newFakeCQL(t)
+	d := newDeputy(t, db.addr())
+	d.secret(t, "unlabelled", map[string]string{"username": "tenant", "password": "unlabelled-s3cret"}, nil)
+	d.secret(t, "labelled", map[string]string{"username": "tenant", "password": "labelled-s3cret"},
+		map[string]string{"baton.dev/cassandra-secret": "true"})
+
+	dl := d.reconcile(t, "unlabelled", &batonv1.CassandraConnection{CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "unlabelled"}})
+	if _, logins := db.received(); len(logins) != 0 {
+		t.Errorf("the operator used a Secret without the opt-in label: logins %v", logins)
+	}
+	if !strings.Contains(conditions(dl), "baton.dev/cassandra-secret=true") {
+		t.Errorf("conditions do not name the missing label:\n%s", conditions(dl))
+	}
+	d.reconcile(t, "labelled", &batonv1.CassandraConnection{CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "labelled"}})
+	if _, logins := db.received(); len(logins) != 1 || logins[0] != (login{"tenant", "labelled-s3cret"}) {
+		t.Errorf("the labelled Secret: logins %v, want tenant's", logins)
+	}
+}
+
+// TestNoSecretInStatusEventsOrLogs: a login that Cassandra refuses (its message names the user)
+// leaves neither the user name nor the password in the lock's status, its Events or the log.
+func TestNoSecretInStatusEventsOrLogs(t *testing.T) {
+	db := newFakeCQL(t)
+	d := newDeputy(t, db.addr())
+	d.secret(t, "creds", map[string]string{"username": "tenant-alice", "password": "alice-s3cret"},
+		map[string]string{"baton.dev/cassandra-secret": "true"})
+	dl := d.reconcile(t, "refused", &batonv1.CassandraConnection{CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "creds"}})
+	if _, logins := db.received(); len(logins) != 1 {
+		t.Fatalf("logins %v, want the one of Secret creds", logins)
+	}
+	for what, text := range map[string]string{"status": conditions(dl), "events": d.events.String(), "log": d.log.String()} {
+		for _, secret := range []string{"tenant-alice", operatorLogin.user, "alice-s3cret", operatorLogin.password} {
+			if strings.Contains(text, secret) {
+				t.Errorf("the %s shows %q:\n%s", what, secret, text)
+			}
+		}
+	}
+	if !strings.Contains(conditions(dl), "StoreReachable=False") {
+		t.Errorf("conditions do not report the refused login:\n%s", conditions(dl))
+	}
+}

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -27,6 +29,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/storepool"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
@@ -44,7 +47,9 @@ const (
 	ReasonRevokeFailed      = "RevokeFailed"
 	ReasonRolloutWouldStall = "RolloutWouldStall"
 	ReasonStoreUnreachable  = "StoreUnreachable"
-	ReasonScopeNotAllowed   = "ScopeNotAllowed"
+	// ReasonConnecting: the first attempt to connect to the lock store is still under way.
+	ReasonConnecting      = "Connecting"
+	ReasonScopeNotAllowed = "ScopeNotAllowed"
 	// ReasonClusterMismatch: the contact points reach another Cassandra cluster than the one the
 	// lock lives on (status.cassandraClusterName); the operator neither reads nor revokes there.
 	ReasonClusterMismatch = "ClusterMismatch"
@@ -57,6 +62,13 @@ const (
 // DefaultStatusInterval is how often the reconciler re-reads the lock store when nothing in
 // Kubernetes changed: Cassandra has no watch.
 const DefaultStatusInterval = 10 * time.Second
+
+// DefaultMaxConcurrentReconciles is how many DistributedLocks are reconciled at once: one lock
+// whose store is slow holds up one worker, not every other lock.
+const DefaultMaxConcurrentReconciles = 8
+
+// connectingPoll is how soon a reconcile that found its lock store still connecting runs again.
+const connectingPoll = time.Second
 
 // conflictRetry is how soon a reconcile whose status write met a newer object runs again.
 const conflictRetry = 100 * time.Millisecond
@@ -90,6 +102,11 @@ type DistributedLockReconciler struct {
 	// APIReader reads pods from the API server itself, not from a cache: handoff NewestRevision
 	// marks an old holder only on such a reading (Client when nil, for a client without a cache).
 	APIReader client.Reader
+	// MaxConcurrentReconciles is how many DistributedLocks are reconciled at once
+	// (DefaultMaxConcurrentReconciles when zero). One DistributedLock is never reconciled twice at
+	// once (the work queue's promise), and the reconciler keeps no state of its own between
+	// reconciles: Metrics, Stores and Recorder are safe for concurrent use.
+	MaxConcurrentReconciles int
 }
 
 // +kubebuilder:rbac:groups=baton.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
@@ -116,6 +133,7 @@ func (r *DistributedLockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("distributedlock").
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		For(&batonv1.DistributedLock{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -183,29 +201,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		snapshots, err = r.inspect(storeCtx, dl, store)
 	}
 	if err != nil {
-		r.Metrics.unreachable(dl)
-		msg := err.Error()
-		reason, ready := ReasonStoreUnreachable, "the lock store could not be read; status.locks shows the last state seen"
-		was := meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionStoreReachable)
-		announce := was != nil && was.Status == metav1.ConditionTrue
-		if errors.Is(err, cassandrastore.ErrClusterMismatch) {
-			reason, ready = ReasonClusterMismatch, "the contact points reach another Cassandra cluster than the one this lock lives on; status.locks shows the last state seen on it"
-			announce = was == nil || was.Reason != ReasonClusterMismatch
-			log.Info("lock store is another Cassandra cluster; not reading it", "err", msg)
-		} else if errors.Is(err, ErrConnectionNotAllowed) {
-			reason, ready = ReasonConnectionNotAllowed, "the operator refuses this lock's Cassandra connection; StoreReachable says why"
-			announce = was == nil || was.Reason != ReasonConnectionNotAllowed
-			log.Info("lock store connection not allowed; not connecting", "err", msg)
-		} else {
-			log.Info("lock store unreachable", "err", msg)
-		}
-		r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionFalse, reason, msg)
-		r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, reason, ready)
-		if announce {
-			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, reason, "ReadLockStore", "%s", msg)
-		}
-		st.ObservedGeneration = dl.Generation
-		return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{RequeueAfter: r.interval()})
+		return r.storeFailed(ctx, orig, dl, err)
 	}
 	if st.CassandraClusterName == "" {
 		// The first successful read: from now on this lock lives on this cluster.
@@ -255,6 +251,50 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// storeFailed writes into dl's status why its lock store could not be read (err) and says when
+// the reconciler looks again: shortly while the store is still connecting (storepool.ErrConnecting)
+// or trying again, at the retry time of a connection that failed and is left alone until then
+// (*storepool.RetryError, whose message says why and when), after the interval otherwise.
+func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *batonv1.DistributedLock, err error) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	msg := err.Error()
+	dl.Status.ObservedGeneration = dl.Generation
+	if errors.Is(err, storepool.ErrConnecting) {
+		log.V(1).Info("lock store still connecting", "err", msg)
+		r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionUnknown, ReasonConnecting, msg)
+		r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, ReasonConnecting, "connecting to the lock store; status.locks shows the last state seen")
+		return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{RequeueAfter: min(r.interval(), connectingPoll)})
+	}
+	r.Metrics.unreachable(dl)
+	reason, ready := ReasonStoreUnreachable, "the lock store could not be read; status.locks shows the last state seen"
+	was := meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionStoreReachable)
+	announce := was != nil && was.Status == metav1.ConditionTrue
+	if errors.Is(err, cassandrastore.ErrClusterMismatch) {
+		reason, ready = ReasonClusterMismatch, "the contact points reach another Cassandra cluster than the one this lock lives on; status.locks shows the last state seen on it"
+		announce = was == nil || was.Reason != ReasonClusterMismatch
+		log.Info("lock store is another Cassandra cluster; not reading it", "err", msg)
+	} else if errors.Is(err, ErrConnectionNotAllowed) {
+		reason, ready = ReasonConnectionNotAllowed, "the operator refuses this lock's Cassandra connection; StoreReachable says why"
+		announce = was == nil || was.Reason != ReasonConnectionNotAllowed
+		log.Info("lock store connection not allowed; not connecting", "err", msg)
+	} else {
+		log.Info("lock store unreachable", "err", msg)
+	}
+	r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionFalse, reason, msg)
+	r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, reason, ready)
+	if announce {
+		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, reason, "ReadLockStore", "%s", msg)
+	}
+	next := r.interval()
+	if rerr := (*storepool.RetryError)(nil); errors.As(err, &rerr) {
+		next = min(next, connectingPoll) // a retry under way
+		if d := rerr.RetryAt.Sub(r.now()); rerr.Trying.IsZero() && d > 0 {
+			next = d
+		}
+	}
+	return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{RequeueAfter: next})
 }
 
 // clusterNamer is a lock store that knows which Cassandra cluster it reached

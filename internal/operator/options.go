@@ -91,7 +91,9 @@ type Options struct {
 	EnsureSchema      bool
 	SchemaReplication string
 	StatusInterval    time.Duration
-	LogVerbosity      int
+	// MaxConcurrentReconciles is how many DistributedLocks are reconciled at once.
+	MaxConcurrentReconciles int
+	LogVerbosity            int
 
 	// SharedProcess lets more than one operator run in this process (internal/devcluster runs one
 	// per control plane, and a test may start two): controller-runtime then does not insist that
@@ -124,6 +126,7 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.Var(listFlag{&o.CassandraAllowedHosts}, "cassandra-allowed-hosts", `contact points a DistributedLock's spec.cassandra.contactPoints may name, host[:port],... ("*": any; default: --cassandra-hosts); the operator sends credentials nowhere else`)
 	fs.Var(listFlag{&o.OperatorKeyspaces}, "operator-keyspaces", "keyspaces where the operator uses its own Cassandra credentials on its default contact points and may create the schema, comma-separated (default: --cassandra-keyspace)")
 	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "how often DistributedLock status is re-read from the lock store")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many DistributedLocks are reconciled at once, 1-100: a lock whose Cassandra hangs holds up one worker, for at most 1s per connection attempt")
 	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
 	fs.StringVar(&o.NativeSidecars, "native-sidecars", NativeAuto, "inject native sidecars (Kubernetes >= 1.29): auto (from the server version), true or false")
 	fs.Func("sidecar-hint-port", fmt.Sprintf("UDP port on each pod's IP for hand-off hints between sidecars, 1024-65535; 0: off, waiters only poll (default %d)", hintudp.DefaultPort), func(v string) error {
@@ -230,6 +233,9 @@ func (o Options) Validate() error {
 	}
 	if o.StatusInterval < time.Second || o.StatusInterval > time.Hour {
 		bad("--status-interval=%v: use 1s to 1h", o.StatusInterval)
+	}
+	if o.MaxConcurrentReconciles < 1 || o.MaxConcurrentReconciles > 100 {
+		bad("--max-concurrent-reconciles=%d: use 1 to 100", o.MaxConcurrentReconciles)
 	}
 	if (o.CassandraUsernameFile == "") != (o.CassandraPasswordFile == "") {
 		bad("--cassandra-username-file and --cassandra-password-file go together")

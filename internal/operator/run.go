@@ -132,6 +132,10 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		Config:    o.Inject,
 		Interval:  o.StatusInterval,
 		Metrics:   metrics,
+		// Each lock's store reads may wait on its Cassandra; the pool bounds how long a
+		// connection attempt holds a worker (storepool.DefaultConnectWait) and leaves a failed
+		// connection alone for a growing delay (storepool.DefaultRetryInitial to DefaultRetryMax).
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)

@@ -36,15 +36,18 @@ type Pool struct {
 	schemaFor    func(cassandrastore.Connection) bool // nil: every connection
 	replication  string
 	idle         time.Duration
+	connectWait  time.Duration
 	now          func() time.Time
 
 	mu      sync.Mutex
 	entries map[string]*entry
+	retry   retryPolicy // its map guarded by mu
 	closed  bool
 }
 
 type entry struct {
 	ready   chan struct{} // closed once session/store/err are set
+	started time.Time     // when the attempt began
 	session *gocql.Session
 	store   lock.Store
 	err     error
@@ -65,12 +68,25 @@ func WithEnsureSchema(replication string, only func(cassandrastore.Connection) b
 // WithIdle sets how long an unused session stays open (default DefaultIdle).
 func WithIdle(d time.Duration) Option { return func(p *Pool) { p.idle = d } }
 
+// WithRetry sets the negative cache: a connection whose attempt failed is not tried again for
+// initial (default DefaultRetryInitial), doubled with every failure in a row up to max (default
+// DefaultRetryMax); each delay is drawn between half and all of that, so that connections that
+// failed together are not tried again together.
+func WithRetry(initial, maxDelay time.Duration) Option {
+	return func(p *Pool) { p.retry.initial, p.retry.max = initial, maxDelay }
+}
+
+// WithConnectWait sets how long Store waits for a connection attempt, counted from the attempt's
+// start (default DefaultConnectWait; 0: until the caller's context ends).
+func WithConnectWait(d time.Duration) Option { return func(p *Pool) { p.connectWait = d } }
+
 // WithLogger sets the logger.
 func WithLogger(l logr.Logger) Option { return func(p *Pool) { p.log = l } }
 
 // New returns an empty pool.
 func New(opts ...Option) *Pool {
-	p := &Pool{log: logr.Discard(), idle: DefaultIdle, now: time.Now, entries: map[string]*entry{}}
+	p := &Pool{log: logr.Discard(), idle: DefaultIdle, connectWait: DefaultConnectWait, now: time.Now,
+		entries: map[string]*entry{}, retry: newRetryPolicy()}
 	for _, o := range opts {
 		o(p)
 	}
@@ -81,8 +97,14 @@ func New(opts ...Option) *Pool {
 var ErrClosed = errors.New("storepool: closed")
 
 // Store returns the lock store of conn, connecting on first use (conn.ClusterName, when set, is
-// checked then). A failed connection is not kept: the next call tries again. Concurrent calls for
-// the same connection share one attempt.
+// checked then). Concurrent calls for the same connection share one attempt, and wait for it at
+// most the connect wait from its start (WithConnectWait): after that they fail at once while it
+// goes on, with ErrConnecting for a first attempt and the last failure's *RetryError, Trying set,
+// for a retry. A failed attempt's session is not kept; its error, a *RetryError, is returned
+// without a new attempt until its RetryAt (WithRetry). So a hung Cassandra holds up a caller for
+// at most the connect wait per retry, not for every call. Not guaranteed: that a store once
+// returned keeps answering; a hung read on it is bounded only by the caller's context and the
+// driver's timeouts.
 func (p *Pool) Store(ctx context.Context, conn cassandrastore.Connection) (lock.Store, error) {
 	k := key(conn)
 	p.mu.Lock()
@@ -90,21 +112,26 @@ func (p *Pool) Store(ctx context.Context, conn cassandrastore.Connection) (lock.
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
+	now := p.now()
 	stale := p.sweepLocked(k)
+	p.retry.sweepLocked(now)
+	if rerr := p.retry.blockedLocked(k, now); rerr != nil {
+		p.mu.Unlock()
+		closeAll(stale)
+		return nil, rerr
+	}
 	e, ok := p.entries[k]
 	if !ok {
-		e = &entry{ready: make(chan struct{})}
+		e = &entry{ready: make(chan struct{}), started: now}
 		p.entries[k] = e
 		go p.connect(conn, k, e)
 	}
-	e.used = p.now()
+	e.used = now
 	p.mu.Unlock()
 	closeAll(stale)
 
-	select {
-	case <-e.ready:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("connecting to %s: %w", conn, ctx.Err())
+	if err := p.wait(ctx, conn, k, e, now); err != nil {
+		return nil, err
 	}
 	if e.err != nil {
 		return nil, e.err
@@ -112,14 +139,53 @@ func (p *Pool) Store(ctx context.Context, conn cassandrastore.Connection) (lock.
 	return e.store, nil
 }
 
-// connect fills e; on failure it drops e from the pool so that the next call retries.
+// wait waits for e's attempt to end, until the connect wait from its start has passed (counted
+// from now) or ctx ends. It returns nil once the attempt ended (its outcome is in e).
+func (p *Pool) wait(ctx context.Context, conn cassandrastore.Connection, k string, e *entry, now time.Time) error {
+	select {
+	case <-e.ready:
+		return nil // connected or failed already: no timer
+	default:
+	}
+	var waitEnd <-chan time.Time
+	if p.connectWait > 0 {
+		t := time.NewTimer(max(e.started.Add(p.connectWait).Sub(now), 0))
+		defer t.Stop()
+		waitEnd = t.C
+	}
+	select {
+	case <-e.ready:
+		return nil
+	case <-waitEnd:
+		p.mu.Lock()
+		rerr := p.retry.tryingLocked(k, e.started)
+		p.mu.Unlock()
+		if rerr != nil {
+			return rerr // a retry: the last failure says more than "connecting"
+		}
+		return fmt.Errorf("%w to %s (since %s): the operator looks again shortly", ErrConnecting, conn, e.started.UTC().Format(time.RFC3339))
+	case <-ctx.Done():
+		return fmt.Errorf("connecting to %s: %w", conn, ctx.Err())
+	}
+}
+
+// connect fills e; on failure it drops e from the pool and records the failure in the negative
+// cache, so that a call after the retry time tries again.
 func (p *Pool) connect(conn cassandrastore.Connection, k string, e *entry) {
 	defer close(e.ready)
 	session, store, err := p.open(conn)
 	p.mu.Lock()
 	closed := p.closed
-	if err != nil && p.entries[k] == e {
-		delete(p.entries, k)
+	switch {
+	case err != nil:
+		if p.entries[k] == e {
+			delete(p.entries, k)
+		}
+		if !closed {
+			err = p.retry.failLocked(k, conn.String(), p.now(), err)
+		}
+	case !closed:
+		p.retry.succeedLocked(k)
 	}
 	p.mu.Unlock()
 	if err == nil && closed {
@@ -127,8 +193,12 @@ func (p *Pool) connect(conn cassandrastore.Connection, k string, e *entry) {
 		session, store, err = nil, nil, ErrClosed
 	}
 	e.session, e.store, e.err = session, store, err
-	if err == nil {
+	var rerr *RetryError
+	switch {
+	case err == nil:
 		p.log.Info("connected to the lock store", "target", conn.String())
+	case errors.As(err, &rerr):
+		p.log.Info("connecting to the lock store failed", "target", conn.String(), "failures", rerr.Failures, "retryAt", rerr.RetryAt, "err", rerr.Err.Error())
 	}
 }
 

@@ -20,7 +20,7 @@ func TestPoolSharesAndClosesSessions(t *testing.T) {
 	hosts := cassandra.Cluster(t).Hosts()
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the node's own goroutines started above
 	now := time.Now()
-	p := New(WithEnsureSchema("", nil), WithIdle(time.Minute))
+	p := New(WithEnsureSchema("", nil), WithIdle(time.Minute), WithConnectWait(0)) // creating the schema may take seconds
 	p.now = func() time.Time { return now }
 	defer p.Close()
 	ctx := t.Context()

@@ -198,7 +198,7 @@ func (p *Pool) connect(conn cassandrastore.Connection, k string, e *entry) {
 	case err == nil:
 		p.log.Info("connected to the lock store", "target", conn.String())
 	case errors.As(err, &rerr):
-		p.log.Info("connecting to the lock store failed", "target", conn.String(), "failures", rerr.Failures, "retryAt", rerr.RetryAt, "err", rerr.Err.Error())
+		p.log.Info("connecting to the lock store failed", "target", conn.String(), "failures", rerr.Failures, "retryAt", rerr.RetryAt, "err", conn.Redact(rerr.Err).Error())
 	}
 }
 

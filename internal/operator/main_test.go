@@ -95,14 +95,25 @@ func up(t *testing.T) *devcluster.Cluster {
 	return shared.cluster
 }
 
+// allowedTestHosts are the contact points besides the test nodes that the test clusters' operators
+// allow: 127.0.0.1:1 and the tar pits.
+func allowedTestHosts() []string {
+	hosts := []string{"127.0.0.1:1"}
+	for i := range tarPits {
+		hosts = append(hosts, tarPitHost(i)) // port 9042
+	}
+	return hosts
+}
+
 // clusterOptions are the settings of a test cluster's operator and node agent on the control plane
 // cfg; prefix marks its log lines (the second cluster's, see TestGlobalLockAcrossTwoClusters).
 func clusterOptions(cfg *rest.Config, hosts []string, sidecar, prefix string) devcluster.Options {
 	return devcluster.Options{
 		Server: cfg, RepoRoot: filepath.Join("..", ".."), CassandraHosts: hosts, Keyspace: keyspace, SidecarBinary: sidecar,
-		// 127.0.0.1:1 (nothing listens there) is allowed for TestStoreUnreachableCondition.
+		// 127.0.0.1:1 (nothing listens there) is allowed for TestStoreUnreachableCondition, and the
+		// tar pits for TestSlowTenantDoesNotStallRevocation.
 		OperatorArgs: []string{"--status-interval=1s", "--global-namespaces=" + globalNamespace,
-			"--cassandra-allowed-hosts=" + strings.Join(append(slices.Clone(hosts), "127.0.0.1:1"), ",")},
+			"--cassandra-allowed-hosts=" + strings.Join(append(slices.Clone(hosts), allowedTestHosts()...), ",")},
 		Log:           funcr.NewJSON(func(s string) { fmt.Fprintln(operatorLog, prefix+s) }, funcr.Options{LogTimestamp: true, Verbosity: 1}),
 		SidecarOutput: nodeagent.PrefixLines(sidecarLog, prefix),
 	}

@@ -31,12 +31,20 @@ type fakeTarPit struct {
 	conns []net.Conn
 }
 
-// startFakeTarPit listens on a free loopback port until the test ends.
-func startFakeTarPit(t *testing.T) *fakeTarPit {
+// tarPitHost is the address of the i-th tar pit (0 to tarPits-1): 127.0.1.<i+1> on Cassandra's
+// default port, which the test cluster's operator allows (--cassandra-allowed-hosts, main_test.go)
+// and where nothing else listens (the test nodes listen on 127.0.0.1).
+func tarPitHost(i int) string { return fmt.Sprintf("127.0.1.%d", i+1) }
+
+// tarPits is how many tar pits TestSlowTenantDoesNotStallRevocation starts.
+const tarPits = 10
+
+// startFakeTarPit listens on tarPitHost(i), port 9042, until the test ends.
+func startFakeTarPit(t *testing.T, i int) *fakeTarPit {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(tarPitHost(i), "9042"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("tar pit %d: %v (another process listens on port 9042 of every loopback address?)", i, err)
 	}
 	p := &fakeTarPit{ln: ln}
 	go func() {
@@ -108,8 +116,8 @@ func TestSlowTenantDoesNotStallRevocation(t *testing.T) {
 	tenantNS := newNamespace(t, env, "tarpit")
 	var names []string
 	var pits []*fakeTarPit
-	for i := range 10 {
-		pit := startFakeTarPit(t)
+	for i := range tarPits {
+		pit := startFakeTarPit(t, i)
 		name := fmt.Sprintf("hung-%d", i)
 		names, pits = append(names, name), append(pits, pit)
 		dl := newLock(tenantNS, name, func(d *batonv1.DistributedLock) {

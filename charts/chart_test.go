@@ -268,7 +268,9 @@ func TestDefaultRender(t *testing.T) {
 		"ServiceAccount/baton-operator", "Deployment/baton-operator", "PodDisruptionBudget/baton-operator",
 		"Service/baton-webhook", "Service/baton-operator-metrics", "Secret/baton-webhook-tls",
 		"ClusterRole/baton-operator", "ClusterRoleBinding/baton-operator", "Role/baton-operator", "RoleBinding/baton-operator",
-		"MutatingWebhookConfiguration/baton-inject",
+		"MutatingWebhookConfiguration/baton-inject", "ClusterRole/baton-sidecar", "ClusterRole/baton-sidecar-label",
+		"ValidatingAdmissionPolicy/baton-operator-pods", "ValidatingAdmissionPolicyBinding/baton-operator-pods",
+		"ValidatingAdmissionPolicy/baton-operator-rolebindings", "ValidatingAdmissionPolicyBinding/baton-operator-rolebindings",
 	}
 	for _, k := range want {
 		if _, ok := objs[k]; !ok {
@@ -345,7 +347,7 @@ func TestDefaultRender(t *testing.T) {
 			{"coordination.k8s.io", "leases", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{"", "events", []string{"create", "patch"}},
 			{"events.k8s.io", "events", []string{"create", "patch"}},
-			{"", "secrets", []string{"get", "list", "watch", "update", "patch"}},
+			{"", "secrets", []string{"get", "list", "watch"}},
 		} {
 			if !allows(c.group, c.resource, c.verbs...) {
 				t.Errorf("Role does not allow %v on %q %s", c.verbs, c.group, c.resource)
@@ -587,10 +589,10 @@ func TestValues(t *testing.T) {
 				t.Errorf("--leader-elect=%q", got)
 			}
 		}},
-		{"no policy, no metrics", []string{"sidecarAccessPolicy.enabled=false", "metrics.enabled=false"}, func(t *testing.T, objs map[string]object, d *appsv1.Deployment) {
+		{"no policy, no metrics", []string{"sidecarAccessPolicy.enabled=false", "operatorAccessPolicy.enabled=false", "metrics.enabled=false"}, func(t *testing.T, objs map[string]object, d *appsv1.Deployment) {
 			for k := range objs {
 				if strings.HasPrefix(k, "ValidatingAdmissionPolicy") {
-					t.Errorf("%s rendered with sidecarAccessPolicy.enabled=false", k)
+					t.Errorf("%s rendered with sidecarAccessPolicy.enabled=false and operatorAccessPolicy.enabled=false", k)
 				}
 			}
 			if _, ok := objs["Service/baton-operator-metrics"]; ok {

@@ -246,13 +246,15 @@ const AppAccount = "worker"
 
 // install creates what the chart installs around the operator: the generated ClusterRole bound to
 // the operator's service account, the Role in its namespace (the rules of
-// charts/baton/templates/rbac.yaml), the empty webhook Secret and the sidecar admission policy.
+// charts/baton/templates/rbac.yaml), the sidecars' ClusterRoles, the empty webhook Secret and the
+// admission policies (the sidecars' and the operator's).
 func install(ctx context.Context, c client.Client, scheme *runtime.Scheme, root string) error {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	var objs []client.Object
-	for _, path := range []string{"config/rbac/role.yaml", "config/policy/sidecar-own-pod.yaml"} {
+	for _, path := range []string{"config/rbac/role.yaml", "config/sidecar/clusterroles.yaml",
+		"config/policy/sidecar-own-pod.yaml", "config/policy/operator-scope.yaml"} {
 		decoded, err := manifests.Decode(scheme, filepath.Join(root, path))
 		if err != nil {
 			return err
@@ -274,7 +276,8 @@ func install(ctx context.Context, c client.Client, scheme *runtime.Scheme, root 
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 				{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{webhookSecret}, Verbs: []string{"update"}},
 			},
 		},
 		&rbacv1.RoleBinding{

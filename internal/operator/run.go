@@ -42,7 +42,11 @@ import (
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
+// The certificate rotator caches every MutatingWebhookConfiguration (it selects none by name) and
+// writes the caBundle of one: the chart's baton-inject (--webhook-configuration; another name needs
+// this rule changed).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=baton-inject
 // The webhook Secret and the leader-election Lease live in the operator's namespace; the chart
 // grants those with a Role there.
 

@@ -397,7 +397,8 @@ func TestDefaultRender(t *testing.T) {
 			"webhook-configuration":     "baton-inject",
 			"webhook-port":              "9443",
 			"webhook-cert-dir":          "/var/run/baton/webhook-certs",
-			"metrics-bind-address":      ":8080",
+			"metrics-bind-address":      ":8443",
+			"metrics-secure":            "true",
 			"health-probe-bind-address": ":8081",
 			"leader-elect":              "true",
 			"schema-replication":        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
@@ -420,7 +421,7 @@ func TestDefaultRender(t *testing.T) {
 		for _, p := range c.Ports {
 			ports[p.Name] = p.ContainerPort
 		}
-		if !reflect.DeepEqual(ports, map[string]int32{"webhook": 9443, "health": 8081, "metrics": 8080}) {
+		if !reflect.DeepEqual(ports, map[string]int32{"webhook": 9443, "health": 8081, "metrics": 8443}) {
 			t.Errorf("ports = %v", ports)
 		}
 		for name, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {

@@ -91,6 +91,10 @@ var allowed = []struct {
 		"the sidecars' RoleBinding, kept in line with the namespace's injected pods"},
 	{"*", "rbac.authorization.k8s.io", []string{"clusterroles"}, []string{"bind"}, []string{"baton-sidecar", "baton-sidecar-label"},
 		"binding the sidecar ClusterRoles without holding their rights (no escalate, no write on Roles)"},
+	{"*", "authentication.k8s.io", []string{"tokenreviews"}, []string{"create"}, nil,
+		"authenticating each scrape of the metrics endpoint (issue 23 item 6)"},
+	{"*", "authorization.k8s.io", []string{"subjectaccessreviews"}, []string{"create"}, nil,
+		"authorizing each scrape of the metrics endpoint (issue 23 item 6)"},
 	{namespace, "coordination.k8s.io", []string{"leases"}, []string{"get", "list", "watch", "create", "update", "patch", "delete"}, nil,
 		"leader election, in the release namespace only"},
 	{namespace, "", []string{"events"}, []string{"create", "patch"}, nil, "leader-election Events"},
@@ -403,9 +407,9 @@ func TestOperatorRightsOnAPIServer(t *testing.T) {
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"patch"}}}}, metav1.CreateOptions{}); err == nil {
 		t.Error("the operator could create a Role in kube-system")
 	}
-	binding := func(name string, ref rbacv1.RoleRef) error {
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, RoleRef: ref,
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-system", Name: "default"}}}
+	sidecarAccount := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-system", Name: "default"}
+	binding := func(name string, ref rbacv1.RoleRef, subjects ...rbacv1.Subject) error {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, RoleRef: ref, Subjects: subjects}
 		_, err := asOperator.RbacV1().RoleBindings("kube-system").Create(ctx, rb, metav1.CreateOptions{})
 		if err == nil {
 			_ = asOperator.RbacV1().RoleBindings("kube-system").Delete(ctx, name, metav1.DeleteOptions{})
@@ -415,18 +419,25 @@ func TestOperatorRightsOnAPIServer(t *testing.T) {
 	clusterRole := func(name string) rbacv1.RoleRef {
 		return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}
 	}
-	if err := binding("baton-sidecar", clusterRole("baton-sidecar-label")); err != nil {
+	if err := binding("baton-sidecar", clusterRole("baton-sidecar-label"), sidecarAccount); err != nil {
 		t.Errorf("the operator binding the sidecar ClusterRole: %v", err)
 	}
 	for _, c := range []struct {
-		name string
-		ref  rbacv1.RoleRef
-	}{{"baton-sidecar", clusterRole("admin")}, {"baton-sidecar", clusterRole("view")}, {"other", clusterRole("baton-sidecar")},
-		{"baton-sidecar", clusterRole("baton-operator")}} {
-		if err := binding(c.name, c.ref); err == nil {
-			t.Errorf("the operator could bind ClusterRole %s as RoleBinding %s in kube-system", c.ref.Name, c.name)
+		name    string
+		ref     rbacv1.RoleRef
+		subject rbacv1.Subject
+	}{
+		{"baton-sidecar", clusterRole("admin"), sidecarAccount},
+		{"baton-sidecar", clusterRole("view"), sidecarAccount},
+		{"other", clusterRole("baton-sidecar"), sidecarAccount},
+		{"baton-sidecar", clusterRole("baton-operator"), sidecarAccount},
+		{"baton-sidecar", clusterRole("baton-sidecar"), rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}},
+		{"baton-sidecar", clusterRole("baton-sidecar"), rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: operatorAccount}},
+	} {
+		if err := binding(c.name, c.ref, c.subject); err == nil {
+			t.Errorf("the operator could bind ClusterRole %s as RoleBinding %s in kube-system to %s %s", c.ref.Name, c.name, c.subject.Kind, c.subject.Name)
 		} else {
-			t.Logf("binding ClusterRole %s as %s: %v", c.ref.Name, c.name, err)
+			t.Logf("binding ClusterRole %s as %s to %s %s: %v", c.ref.Name, c.name, c.subject.Kind, c.subject.Name, err)
 		}
 	}
 

@@ -117,8 +117,9 @@ CRD_DIR  := config/crd/bases
 RBAC_DIR   := config/rbac
 RBAC_PATHS := paths=./controllers/... paths=./internal/operator/...
 # The Helm chart ships copies of config/: the CRDs in crds/, the operator's ClusterRole (its rules
-# become the chart's) in files/operator-role.yaml and the sidecar access policy in files/policy/.
-# Nothing else lives in those two directories. A source that does not exist (yet) is left out.
+# become the chart's) in files/operator-role.yaml, the sidecars' ClusterRoles in
+# files/sidecar-clusterroles.yaml and the admission policies in files/policy/. Nothing else lives
+# in those two directories. A source that does not exist (yet) is left out.
 CHART_DIR  := charts/baton
 POLICY_DIR := config/policy
 POLICIES    = $(filter-out %/kustomization.yaml,$(wildcard $(POLICY_DIR)/*.yaml))
@@ -126,6 +127,7 @@ define chart-copies
 rm -rf $(1)/crds $(1)/files; mkdir -p $(1)/crds $(1)/files; \
   cp $(CRD_DIR)/*.yaml $(1)/crds/; \
   if [ -f $(RBAC_DIR)/role.yaml ]; then cp $(RBAC_DIR)/role.yaml $(1)/files/operator-role.yaml; fi; \
+  cp config/sidecar/clusterroles.yaml $(1)/files/sidecar-clusterroles.yaml; \
   $(if $(POLICIES),mkdir -p $(1)/files/policy; cp $(POLICIES) $(1)/files/policy/)
 endef
 

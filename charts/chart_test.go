@@ -268,7 +268,9 @@ func TestDefaultRender(t *testing.T) {
 		"ServiceAccount/baton-operator", "Deployment/baton-operator", "PodDisruptionBudget/baton-operator",
 		"Service/baton-webhook", "Service/baton-operator-metrics", "Secret/baton-webhook-tls",
 		"ClusterRole/baton-operator", "ClusterRoleBinding/baton-operator", "Role/baton-operator", "RoleBinding/baton-operator",
-		"MutatingWebhookConfiguration/baton-inject",
+		"MutatingWebhookConfiguration/baton-inject", "ClusterRole/baton-sidecar", "ClusterRole/baton-sidecar-label",
+		"ValidatingAdmissionPolicy/baton-operator-pods", "ValidatingAdmissionPolicyBinding/baton-operator-pods",
+		"ValidatingAdmissionPolicy/baton-operator-rolebindings", "ValidatingAdmissionPolicyBinding/baton-operator-rolebindings",
 	}
 	for _, k := range want {
 		if _, ok := objs[k]; !ok {
@@ -345,7 +347,7 @@ func TestDefaultRender(t *testing.T) {
 			{"coordination.k8s.io", "leases", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{"", "events", []string{"create", "patch"}},
 			{"events.k8s.io", "events", []string{"create", "patch"}},
-			{"", "secrets", []string{"get", "list", "watch", "update", "patch"}},
+			{"", "secrets", []string{"get", "list", "watch"}},
 		} {
 			if !allows(c.group, c.resource, c.verbs...) {
 				t.Errorf("Role does not allow %v on %q %s", c.verbs, c.group, c.resource)
@@ -395,7 +397,8 @@ func TestDefaultRender(t *testing.T) {
 			"webhook-configuration":     "baton-inject",
 			"webhook-port":              "9443",
 			"webhook-cert-dir":          "/var/run/baton/webhook-certs",
-			"metrics-bind-address":      ":8080",
+			"metrics-bind-address":      ":8443",
+			"metrics-secure":            "true",
 			"health-probe-bind-address": ":8081",
 			"leader-elect":              "true",
 			"schema-replication":        "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}",
@@ -419,7 +422,7 @@ func TestDefaultRender(t *testing.T) {
 		for _, p := range c.Ports {
 			ports[p.Name] = p.ContainerPort
 		}
-		if !reflect.DeepEqual(ports, map[string]int32{"webhook": 9443, "health": 8081, "metrics": 8080}) {
+		if !reflect.DeepEqual(ports, map[string]int32{"webhook": 9443, "health": 8081, "metrics": 8443}) {
 			t.Errorf("ports = %v", ports)
 		}
 		for name, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
@@ -600,10 +603,10 @@ func TestValues(t *testing.T) {
 				t.Errorf("--leader-elect=%q", got)
 			}
 		}},
-		{"no policy, no metrics", []string{"sidecarAccessPolicy.enabled=false", "metrics.enabled=false"}, func(t *testing.T, objs map[string]object, d *appsv1.Deployment) {
+		{"no policy, no metrics", []string{"sidecarAccessPolicy.enabled=false", "operatorAccessPolicy.enabled=false", "metrics.enabled=false"}, func(t *testing.T, objs map[string]object, d *appsv1.Deployment) {
 			for k := range objs {
 				if strings.HasPrefix(k, "ValidatingAdmissionPolicy") {
-					t.Errorf("%s rendered with sidecarAccessPolicy.enabled=false", k)
+					t.Errorf("%s rendered with sidecarAccessPolicy.enabled=false and operatorAccessPolicy.enabled=false", k)
 				}
 			}
 			if _, ok := objs["Service/baton-operator-metrics"]; ok {

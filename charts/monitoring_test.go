@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
@@ -39,6 +41,7 @@ func TestMonitoringRender(t *testing.T) {
 	}
 
 	objs := decode(t, template(t, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
+		"--set", "metrics.readers[0].kind=ServiceAccount", "--set", "metrics.readers[0].name=prometheus-k8s", "--set", "metrics.readers[0].namespace=monitoring",
 		"--set", "monitoring.grafanaDashboard.enabled=true", "--set", "monitoring.prometheusRule.maxHolderChangesPerHour=12",
 		"--set", "monitoring.prometheusRule.labels.release=prom", "--set", "monitoring.podMonitor.enabled=true", "--set", "sidecar.metricsPort=9464"))
 
@@ -63,11 +66,42 @@ func TestMonitoringRender(t *testing.T) {
 	var smSpec struct {
 		Selector  map[string]map[string]string `json:"selector"`
 		Endpoints []struct {
-			Port        string `json:"port"`
-			HonorLabels bool   `json:"honorLabels"`
+			Port            string `json:"port"`
+			HonorLabels     bool   `json:"honorLabels"`
+			Scheme          string `json:"scheme"`
+			BearerTokenFile string `json:"bearerTokenFile"`
 		} `json:"endpoints"`
 	}
 	remarshal(t, sm["spec"], &smSpec)
+	// The operator serves its metrics over TLS to authorized tokens only (issue 23, item 6).
+	if len(smSpec.Endpoints) == 1 && (smSpec.Endpoints[0].Scheme != "https" ||
+		smSpec.Endpoints[0].BearerTokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token") {
+		t.Errorf("ServiceMonitor endpoint %+v; want scheme https with Prometheus's service account token", smSpec.Endpoints[0])
+	}
+	reader := get[*rbacv1.ClusterRole](t, objs, "ClusterRole", "baton-metrics-reader")
+	if want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}; !reflect.DeepEqual(reader.Rules, want) {
+		t.Errorf("ClusterRole baton-metrics-reader rules %+v, want %+v", reader.Rules, want)
+	}
+	readerBinding := get[*rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "baton-metrics-reader")
+	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus-k8s", Namespace: "monitoring"}}; readerBinding.RoleRef.Name != reader.Name ||
+		!reflect.DeepEqual(readerBinding.Subjects, want) {
+		t.Errorf("ClusterRoleBinding baton-metrics-reader: %+v %+v; want %s to %+v from metrics.readers", readerBinding.RoleRef, readerBinding.Subjects, reader.Name, want)
+	}
+
+	// Without metrics.secure: plain HTTP, no token, no reader role.
+	plain := decode(t, template(t, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "metrics.secure=false"))
+	plainSpec := smSpec
+	plainSpec.Endpoints = nil // a fresh slice: decoding into the old elements would keep their fields
+	remarshal(t, get[map[string]any](t, plain, "ServiceMonitor", "baton-operator")["spec"], &plainSpec)
+	if len(plainSpec.Endpoints) != 1 || plainSpec.Endpoints[0].Scheme == "https" || plainSpec.Endpoints[0].BearerTokenFile != "" {
+		t.Errorf("ServiceMonitor endpoints %+v with metrics.secure=false; want plain HTTP without a token", plainSpec.Endpoints)
+	}
+	if _, ok := plain["ClusterRole/baton-metrics-reader"]; ok {
+		t.Error("ClusterRole baton-metrics-reader rendered with metrics.secure=false")
+	}
+	if got, _ := arg(get[*appsv1.Deployment](t, plain, "Deployment", "baton-operator"), "metrics-secure"); got != "false" {
+		t.Errorf("--metrics-secure=%q with metrics.secure=false", got)
+	}
 	svc := get[*corev1.Service](t, objs, "Service", "baton-operator-metrics")
 	for k, v := range smSpec.Selector["matchLabels"] {
 		if svc.Labels[k] != v {

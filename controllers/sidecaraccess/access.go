@@ -12,12 +12,37 @@ import (
 	"github.com/baton-dev/baton/internal/inject"
 )
 
-// Name is the name of the Role and the RoleBinding in each namespace, and the name the
+// Name is the name of the RoleBinding in each namespace, and the name the
 // ValidatingAdmissionPolicyBinding baton-sidecar-own-pod looks up as its parameter.
 const Name = "baton-sidecar"
 
-// Labels on the Role and the RoleBinding. Only objects carrying LabelManagedBy: ManagedBy are
-// deleted by the Reconciler.
+// The ClusterRoles the RoleBinding refers to. They are installed with the operator (the chart, or
+// config/sidecar); the operator binds them with the RBAC verb bind on these names only, so it
+// needs neither the rights they grant nor any write access to Roles (see ClusterRoles).
+const (
+	// ClusterRoleStatus allows patch on pods/status: the lock-held and stepped-aside conditions.
+	ClusterRoleStatus = "baton-sidecar"
+	// ClusterRoleLabel allows patch on pods/status and on pods, for the Label traffic policy.
+	ClusterRoleLabel = "baton-sidecar-label"
+)
+
+// ClusterRoles returns the two ClusterRoles the RoleBindings refer to, as config/sidecar ships
+// them.
+func ClusterRoles() []*rbacv1.ClusterRole {
+	status := rbacv1.PolicyRule{APIGroups: []string{corev1.GroupName}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}}
+	pods := rbacv1.PolicyRule{APIGroups: []string{corev1.GroupName}, Resources: []string{"pods"}, Verbs: []string{"patch"}}
+	role := func(name string, rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
+		return &rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelName: AppName, "app.kubernetes.io/component": "sidecar-access"}},
+			Rules:      rules,
+		}
+	}
+	return []*rbacv1.ClusterRole{role(ClusterRoleStatus, status), role(ClusterRoleLabel, status, pods)}
+}
+
+// Labels on the RoleBinding. Only a binding carrying LabelManagedBy: ManagedBy is deleted by the
+// Reconciler.
 const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "baton-operator"
@@ -30,9 +55,9 @@ const defaultServiceAccount = "default"
 
 // Access is what the sidecars of one namespace are granted.
 type Access struct {
-	// Rules of the Role: patch on pods/status, and patch on pods when a DistributedLock of the
+	// ClusterRole bound: ClusterRoleStatus, or ClusterRoleLabel when a DistributedLock of the
 	// namespace has the Label traffic policy.
-	Rules []rbacv1.PolicyRule
+	ClusterRole string
 	// Subjects of the RoleBinding: the service accounts of the injected pods, sorted by name,
 	// without repeats. It may be empty (locks but no pods yet).
 	Subjects []rbacv1.Subject
@@ -71,13 +96,9 @@ func Desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (Acc
 		return Access{}, false
 	}
 
-	a := Access{Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{corev1.GroupName}, Resources: []string{"pods/status"}, Verbs: []string{"patch"},
-	}}}
+	a := Access{ClusterRole: ClusterRoleStatus}
 	if label {
-		a.Rules = append(a.Rules, rbacv1.PolicyRule{
-			APIGroups: []string{corev1.GroupName}, Resources: []string{"pods"}, Verbs: []string{"patch"},
-		})
+		a.ClusterRole = ClusterRoleLabel
 	}
 	slices.Sort(accounts)
 	for _, sa := range slices.Compact(accounts) {
@@ -94,25 +115,13 @@ func finished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// Role returns the Role granting a in namespace ns.
-func (a Access) Role(ns string) *rbacv1.Role {
-	return &rbacv1.Role{
-		ObjectMeta: objectMeta(ns),
-		Rules:      slices.Clone(a.Rules),
-	}
-}
-
-// RoleBinding returns the RoleBinding of the Role to a's subjects in namespace ns.
+// RoleBinding returns the RoleBinding of a's ClusterRole to a's subjects in namespace ns.
 func (a Access) RoleBinding(ns string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		ObjectMeta: objectMeta(ns),
-		RoleRef:    roleRef(),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: a.ClusterRole},
 		Subjects:   slices.Clone(a.Subjects),
 	}
-}
-
-func roleRef() rbacv1.RoleRef {
-	return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: Name}
 }
 
 func objectMeta(ns string) metav1.ObjectMeta {

@@ -7,10 +7,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
 	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/manifests"
 )
 
 func lockIn(ns, name string, traffic batonv1.TrafficPolicy) batonv1.DistributedLock {
@@ -57,12 +59,12 @@ func TestDesired(t *testing.T) {
 		name:   "a lock without pods: status patch, no subjects",
 		locks:  []batonv1.DistributedLock{lockIn("ns", "l", "")},
 		needed: true,
-		want:   sidecaraccess.Access{Rules: []rbacv1.PolicyRule{statusRule}},
+		want:   sidecaraccess.Access{ClusterRole: statusRole},
 	}, {
 		name:   "an injected pod without a lock still gets its grant",
 		pods:   []corev1.Pod{podIn("ns", "a", "app", true, corev1.PodRunning)},
 		needed: true,
-		want:   sidecaraccess.Access{Rules: []rbacv1.PolicyRule{statusRule}, Subjects: []rbacv1.Subject{sa("ns", "app")}},
+		want:   sidecaraccess.Access{ClusterRole: statusRole, Subjects: []rbacv1.Subject{sa("ns", "app")}},
 	}, {
 		name: "Label traffic adds pods patch; subjects sorted, deduplicated, default for none",
 		locks: []batonv1.DistributedLock{
@@ -75,14 +77,14 @@ func TestDesired(t *testing.T) {
 		},
 		needed: true,
 		want: sidecaraccess.Access{
-			Rules:    []rbacv1.PolicyRule{statusRule, podsRule},
-			Subjects: []rbacv1.Subject{sa("ns", "alpha"), sa("ns", "default"), sa("ns", "zeta")},
+			ClusterRole: labelRole,
+			Subjects:    []rbacv1.Subject{sa("ns", "alpha"), sa("ns", "default"), sa("ns", "zeta")},
 		},
 	}, {
 		name:   "ReadinessGate and None need no pods patch",
 		locks:  []batonv1.DistributedLock{lockIn("ns", "gate", batonv1.TrafficReadinessGate), lockIn("ns", "none", batonv1.TrafficNone)},
 		needed: true,
-		want:   sidecaraccess.Access{Rules: []rbacv1.PolicyRule{statusRule}},
+		want:   sidecaraccess.Access{ClusterRole: statusRole},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,20 +100,50 @@ func TestDesired(t *testing.T) {
 }
 
 func TestAccessObjects(t *testing.T) {
-	a := sidecaraccess.Access{Rules: []rbacv1.PolicyRule{statusRule}, Subjects: []rbacv1.Subject{sa("ns", "app")}}
-	role, rb := a.Role("ns"), a.RoleBinding("ns")
+	a := sidecaraccess.Access{ClusterRole: statusRole, Subjects: []rbacv1.Subject{sa("ns", "app")}}
+	rb := a.RoleBinding("ns")
 	wantLabels := map[string]string{"app.kubernetes.io/managed-by": "baton-operator", "app.kubernetes.io/name": "baton"}
-	for _, m := range []metav1.ObjectMeta{role.ObjectMeta, rb.ObjectMeta} {
-		if m.Name != "baton-sidecar" || m.Namespace != "ns" || !equality.Semantic.DeepEqual(m.Labels, wantLabels) {
-			t.Errorf("metadata = %s/%s %v, want ns/baton-sidecar %v", m.Namespace, m.Name, m.Labels, wantLabels)
-		}
+	if m := rb.ObjectMeta; m.Name != "baton-sidecar" || m.Namespace != "ns" || !equality.Semantic.DeepEqual(m.Labels, wantLabels) {
+		t.Errorf("metadata = %s/%s %v, want ns/baton-sidecar %v", m.Namespace, m.Name, m.Labels, wantLabels)
 	}
-	if want := (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "baton-sidecar"}); rb.RoleRef != want {
+	if want := (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "baton-sidecar"}); rb.RoleRef != want {
 		t.Errorf("roleRef = %+v, want %+v", rb.RoleRef, want)
 	}
 	// The binding does not share its subject list with a.
 	rb.Subjects[0].Name = "x"
 	if a.Subjects[0].Name != "app" {
 		t.Error("RoleBinding shares its subjects with the Access")
+	}
+}
+
+// TestClusterRolesFile: config/sidecar/clusterroles.yaml, which the chart ships, is what
+// ClusterRoles says, and the two grant what the sidecar needs for each traffic policy.
+func TestClusterRolesFile(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := rbacv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Decode(scheme, "../../config/sidecar/clusterroles.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sidecaraccess.ClusterRoles()
+	if len(objs) != len(want) {
+		t.Fatalf("%d objects in the file, ClusterRoles returns %d", len(objs), len(want))
+	}
+	for i, o := range objs {
+		got, ok := o.(*rbacv1.ClusterRole)
+		if !ok {
+			t.Fatalf("object %d is a %T", i, o)
+		}
+		if got.Name != want[i].Name || !equality.Semantic.DeepEqual(got.Labels, want[i].Labels) || !equality.Semantic.DeepEqual(got.Rules, want[i].Rules) {
+			t.Errorf("file:\n%+v\nClusterRoles:\n%+v", got, want[i])
+		}
+	}
+	if want[0].Name != statusRole || !equality.Semantic.DeepEqual(want[0].Rules, []rbacv1.PolicyRule{statusRule}) {
+		t.Errorf("%s = %+v, want patch on pods/status only", want[0].Name, want[0].Rules)
+	}
+	if want[1].Name != labelRole || !equality.Semantic.DeepEqual(want[1].Rules, []rbacv1.PolicyRule{statusRule, podsRule}) {
+		t.Errorf("%s = %+v, want patch on pods/status and pods only", want[1].Name, want[1].Rules)
 	}
 }

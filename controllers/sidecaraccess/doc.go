@@ -11,13 +11,14 @@
 //
 // The model has two halves:
 //
-//   - RBAC: the Reconciler keeps, in every namespace that has a DistributedLock or an injected pod
-//     (label baton.dev/injected=true), a Role and a RoleBinding both named baton-sidecar. The Role
-//     allows patch on pods/status, and patch on pods as well when some DistributedLock of the
-//     namespace uses the Label traffic policy; nothing else (no get, list or watch). The
-//     RoleBinding's subjects are the service accounts of the namespace's injected pods. RBAC cannot
-//     name a pod that does not exist yet, so on its own this lets every such token patch every pod
-//     of the namespace.
+//   - RBAC: two fixed ClusterRoles, installed with the operator (config/sidecar): baton-sidecar
+//     allows patch on pods/status, baton-sidecar-label patch on pods/status and on pods; nothing
+//     else (no get, list or watch). The Reconciler keeps, in every namespace that has a
+//     DistributedLock or an injected pod (label baton.dev/injected=true), a RoleBinding named
+//     baton-sidecar to the first, or to the second when some DistributedLock of the namespace uses
+//     the Label traffic policy. Its subjects are the service accounts of the namespace's injected
+//     pods. RBAC cannot name a pod that does not exist yet, so on its own this lets every such
+//     token patch every pod of the namespace.
 //   - Admission: the ValidatingAdmissionPolicy baton-sidecar-own-pod (config/policy) takes that
 //     RoleBinding as its parameter and, for requests of its subjects only, denies an update of a
 //     pod or its status unless the request carries a service-account token bound to that very
@@ -38,12 +39,20 @@
 //     pods (a controller, say) is denied by the policy; run it with the policy left out.
 //   - Tokens that are not bound to a pod (legacy Secret tokens, TokenRequests without a bound
 //     object) of a subject are denied by the policy; the kubelet's projected token is bound.
-//   - Without the policy installed (it is plain manifests, not created by the operator), the Role
-//     still limits the sidecar to patching pods and their status, but of any pod in the namespace.
+//   - Without the policy installed (it is plain manifests, not created by the operator), the
+//     ClusterRoles still limit the sidecar to patching pods and their status, but of any pod in
+//     the namespace.
 //   - Pods that finished (phase Succeeded or Failed) no longer count: their sidecar does not run.
 //     The subjects follow the pods with the delay of the operator's watch, so a new pod's first
 //     patches may be refused until its service account is bound; the sidecar retries.
-//   - The operator needs patch on pods and pods/status itself: RBAC lets it grant only what it
-//     holds (escalation prevention). That is narrower than the alternative, the escalate and bind
-//     verbs on the Role.
+//   - The operator holds the RBAC verb bind on the two ClusterRoles (by name) instead of their
+//     rights, and writes no Role: it can grant the sidecars these rules and no others. It can
+//     create RoleBindings of any name to any role whose every right it holds itself (RBAC cannot
+//     limit create by name); the ValidatingAdmissionPolicy baton-operator-rolebindings
+//     (config/policy) refuses it any RoleBinding but baton-sidecar to one of the two ClusterRoles.
+//   - Switching a namespace between the two ClusterRoles replaces the RoleBinding (its roleRef
+//     cannot change): for that moment its sidecars have no grant, and their writes are retried.
+//   - Namespaces upgraded from a version that wrote a Role baton-sidecar keep that Role, unbound
+//     and unused; the operator may no longer delete it (kubectl delete role -A -l
+//     app.kubernetes.io/managed-by=baton-operator does).
 package sidecaraccess

@@ -35,15 +35,20 @@ import (
 
 var kube = testenv.NewKubeWithCRDs("../../config/crd/bases")
 
-// Files the tests install: the operator's generated ClusterRole (make manifests) and the policy.
+// Files the tests install: the operator's generated ClusterRole (make manifests), the sidecars'
+// ClusterRoles it binds and the policy.
 const (
 	operatorRoleFile = "../../config/rbac/role.yaml"
+	sidecarRoleFile  = "../../config/sidecar/clusterroles.yaml"
 	policyFile       = "../../config/policy/sidecar-own-pod.yaml"
+	// The operator's own policy: installed for TestPolicyTypeChecks only, it applies to no request
+	// here (its parameter, the ClusterRoleBinding baton-operator, does not exist).
+	operatorPolicyFile = "../../config/policy/operator-scope.yaml"
 )
 
 // The test's manager runs as this service account, bound to the ClusterRole generated from the
-// +kubebuilder:rbac markers: the tests fail when the markers miss a permission, including those
-// RBAC's escalation check demands for creating the Role.
+// +kubebuilder:rbac markers: the tests fail when the markers miss a permission, including the bind
+// RBAC's escalation check demands for binding the sidecars' ClusterRoles.
 const (
 	operatorNamespace = "baton-system"
 	operatorAccount   = "baton-operator"
@@ -140,13 +145,15 @@ func (e *environment) start(cfg *rest.Config) error {
 		return fmt.Errorf("binding the operator's ClusterRole: %w", err)
 	}
 
-	// The policy, as a user would apply it.
-	if objs, err = e.decodeFile(policyFile); err != nil {
-		return err
-	}
-	for _, o := range objs {
-		if err := e.c.Create(ctx, o.(client.Object)); err != nil {
-			return fmt.Errorf("installing %s: %w", policyFile, err)
+	// The sidecars' ClusterRoles and the policy, as a user would apply them.
+	for _, file := range []string{sidecarRoleFile, policyFile, operatorPolicyFile} {
+		if objs, err = e.decodeFile(file); err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if err := e.c.Create(ctx, o.(client.Object)); err != nil {
+				return fmt.Errorf("installing %s: %w", file, err)
+			}
 		}
 	}
 
@@ -224,39 +231,38 @@ var (
 	ownLabels  = map[string]string{"app.kubernetes.io/managed-by": "baton-operator", "app.kubernetes.io/name": "baton"}
 )
 
-// expectAccess waits until namespace ns has exactly the Role rules and the RoleBinding subjects
-// (service account names) given.
-func expectAccess(t *testing.T, f fixture, rules []rbacv1.PolicyRule, accounts ...string) {
+// The sidecars' ClusterRoles.
+const (
+	statusRole = "baton-sidecar"
+	labelRole  = "baton-sidecar-label"
+)
+
+// expectAccess waits until namespace ns has the RoleBinding baton-sidecar of the ClusterRole
+// clusterRole to exactly the subjects (service account names) given.
+func expectAccess(t *testing.T, f fixture, clusterRole string, accounts ...string) {
 	t.Helper()
 	var subjects []rbacv1.Subject
 	for _, a := range accounts {
 		subjects = append(subjects, rbacv1.Subject{Kind: "ServiceAccount", Namespace: f.ns, Name: a})
 	}
-	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "baton-sidecar"}
-	eventually(t, fmt.Sprintf("Role with %v and RoleBinding to %v", rules, accounts), func(ctx context.Context) (bool, string) {
-		var role rbacv1.Role
-		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "baton-sidecar"}, &role); err != nil {
-			return false, "Role: " + err.Error()
-		}
+	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: clusterRole}
+	eventually(t, fmt.Sprintf("RoleBinding of %s to %v", clusterRole, accounts), func(ctx context.Context) (bool, string) {
 		var rb rbacv1.RoleBinding
 		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "baton-sidecar"}, &rb); err != nil {
 			return false, "RoleBinding: " + err.Error()
 		}
-		state := fmt.Sprintf("Role labels %v rules %v; RoleBinding labels %v roleRef %v subjects %v", role.Labels, role.Rules, rb.Labels, rb.RoleRef, rb.Subjects)
-		ok := equality.Semantic.DeepEqual(role.Rules, rules) && hasLabels(role.Labels, ownLabels) &&
-			rb.RoleRef == wantRef && equality.Semantic.DeepEqual(rb.Subjects, subjects) && hasLabels(rb.Labels, ownLabels)
+		state := fmt.Sprintf("RoleBinding labels %v roleRef %v subjects %v", rb.Labels, rb.RoleRef, rb.Subjects)
+		ok := rb.RoleRef == wantRef && equality.Semantic.DeepEqual(rb.Subjects, subjects) && hasLabels(rb.Labels, ownLabels)
 		return ok, state
 	})
 }
 
-// expectNoAccess waits until namespace ns has neither the Role nor the RoleBinding.
+// expectNoAccess waits until namespace ns has no RoleBinding baton-sidecar.
 func expectNoAccess(t *testing.T, f fixture) {
 	t.Helper()
-	eventually(t, "Role and RoleBinding deleted", func(ctx context.Context) (bool, string) {
-		key := client.ObjectKey{Namespace: f.ns, Name: "baton-sidecar"}
-		roleErr := f.c.Get(ctx, key, &rbacv1.Role{})
-		rbErr := f.c.Get(ctx, key, &rbacv1.RoleBinding{})
-		return apierrors.IsNotFound(roleErr) && apierrors.IsNotFound(rbErr), fmt.Sprintf("get Role: %v; get RoleBinding: %v", roleErr, rbErr)
+	eventually(t, "RoleBinding deleted", func(ctx context.Context) (bool, string) {
+		err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "baton-sidecar"}, &rbacv1.RoleBinding{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("get RoleBinding: %v", err)
 	})
 }
 

@@ -17,9 +17,9 @@ import (
 )
 
 // TestPolicyTypeChecks runs kube-controller-manager's ValidatingAdmissionPolicy status controller,
-// which type-checks the policy's CEL against the Pod and RoleBinding schemas and reports mistakes
-// (a misspelt field, a wrong type) as warnings in the policy's status, where users would see them.
-// The policy must have none.
+// which type-checks the policies' CEL against the Pod, RoleBinding and ClusterRoleBinding schemas
+// and reports mistakes (a misspelt field, a wrong type) as warnings in the policy's status, where
+// users would see them. The sidecars' policy and the operator's must have none.
 func TestPolicyTypeChecks(t *testing.T) {
 	f := setup(t)
 	binDir, ok, err := localkube.Installed(localkube.Config{})
@@ -60,15 +60,17 @@ func TestPolicyTypeChecks(t *testing.T) {
 		}
 	})
 
-	var vap admissionregistrationv1.ValidatingAdmissionPolicy
-	eventually(t, "type checking of the policy", func(ctx context.Context) (bool, string) {
-		if err := f.c.Get(ctx, client.ObjectKey{Name: "baton-sidecar-own-pod"}, &vap); err != nil {
-			return false, err.Error()
+	for _, name := range []string{"baton-sidecar-own-pod", "baton-operator-pods", "baton-operator-rolebindings"} {
+		var vap admissionregistrationv1.ValidatingAdmissionPolicy
+		eventually(t, "type checking of the policy "+name, func(ctx context.Context) (bool, string) {
+			if err := f.c.Get(ctx, client.ObjectKey{Name: name}, &vap); err != nil {
+				return false, err.Error()
+			}
+			return vap.Status.TypeChecking != nil && vap.Status.ObservedGeneration == vap.Generation,
+				fmt.Sprintf("generation %d, status %+v", vap.Generation, vap.Status)
+		})
+		for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
+			t.Errorf("%s: %s: %s", name, w.FieldRef, w.Warning)
 		}
-		return vap.Status.TypeChecking != nil && vap.Status.ObservedGeneration == vap.Generation,
-			fmt.Sprintf("generation %d, status %+v", vap.Generation, vap.Status)
-	})
-	for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
-		t.Errorf("%s: %s", w.FieldRef, w.Warning)
 	}
 }

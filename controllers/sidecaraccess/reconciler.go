@@ -29,30 +29,36 @@ import (
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "sidecaraccess"
 
-// Reconciler keeps the Role and RoleBinding baton-sidecar of each namespace in line with the
+// Reconciler keeps the RoleBinding baton-sidecar of each namespace in line with the
 // namespace's DistributedLocks and injected pods (see the package doc). Requests name a namespace
 // (the request's Name is always baton-sidecar); the Reconciler reads the namespace's state from
 // Client, never from the event that woke it. It logs through the logger controller-runtime puts
 // in each reconcile's context.
 type Reconciler struct {
 	// Client reads and writes the namespace's objects. Through a manager's cache it needs that
-	// cache to hold the pods labelled baton.dev/injected=true and the Roles and RoleBindings named
+	// cache to hold the pods labelled baton.dev/injected=true and the RoleBindings named
 	// baton-sidecar; the operator's cache holds just those (operator.CacheOptions).
 	Client client.Client
 }
 
-// Reading what the namespace holds, and managing the Role and RoleBinding:
+// Reading what the namespace holds, and managing the RoleBinding: by name wherever RBAC can
+// limit a verb to names (list and watch too, because the cache selects the name with a field
+// selector); create cannot be, and the ValidatingAdmissionPolicy baton-operator-rolebindings
+// (config/policy) allows the operator no other name and no other role.
 // +kubebuilder:rbac:groups=baton.dev,resources=distributedlocks,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;update;delete,resourceNames=baton-sidecar
 //
-// What the Role grants. RBAC refuses to let the operator create a Role granting more than it
-// holds itself (escalation prevention):
-// +kubebuilder:rbac:groups="",resources=pods;pods/status,verbs=patch
+// RBAC lets the operator bind a role only if it holds every right of the role (escalation
+// prevention) or may bind that very role: bind on the sidecars' two ClusterRoles, and no more.
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=baton-sidecar;baton-sidecar-label
 
-// Reconcile brings the Role and RoleBinding of req's namespace to the desired state: created or
-// updated when the namespace has DistributedLocks or injected pods, deleted when it has neither.
-// It writes only what differs.
+// Reconcile brings the RoleBinding of req's namespace to the desired state: created or updated
+// when the namespace has DistributedLocks or injected pods, deleted when it has neither. It writes
+// only what differs. A RoleBinding to another role (the Role baton-sidecar of earlier versions, or
+// the other sidecar ClusterRole after a change of traffic policy) is replaced: for that moment the
+// namespace's sidecars have no grant, and their writes fail and are retried.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := req.Namespace
 	log := logf.FromContext(ctx)
@@ -67,18 +73,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	access, needed := Desired(ns, locks.Items, pods.Items)
 	if !needed {
-		// The binding first: without it the Role grants nothing.
 		if err := r.deleteOwn(ctx, log, "RoleBinding", &rbacv1.RoleBinding{}, ns); err != nil {
 			return handleWriteError(log, err)
 		}
-		if err := r.deleteOwn(ctx, log, "Role", &rbacv1.Role{}, ns); err != nil {
-			return handleWriteError(log, err)
-		}
 		return ctrl.Result{}, nil
-	}
-	// The Role first, so that a new RoleBinding never refers to a missing Role.
-	if err := r.ensureRole(ctx, log, access.Role(ns)); err != nil {
-		return handleWriteError(log, err)
 	}
 	if err := r.ensureRoleBinding(ctx, log, access.RoleBinding(ns)); err != nil {
 		return handleWriteError(log, err)
@@ -106,30 +104,12 @@ func handleWriteError(log logr.Logger, err error) (ctrl.Result, error) {
 	return ctrl.Result{}, err
 }
 
-// The Role and RoleBinding are written with controllerutil.CreateOrUpdate rather than server-side
+// The RoleBinding is written with controllerutil.CreateOrUpdate rather than server-side
 // apply: it reads through the cache and writes only when the object differs (a reconcile runs on
 // every pod event of the namespace, and an apply would be a request each time), its update is
 // conditioned on the resourceVersion read, so a concurrent change is never overwritten unseen,
-// and the objects are the operator's alone: there are no fields of other managers to share,
+// and the object is the operator's alone: there are no fields of other managers to share,
 // which is what apply is for.
-
-// ensureRole creates want or updates the Role of its name when its rules or labels differ.
-func (r *Reconciler) ensureRole(ctx context.Context, log logr.Logger, want *rbacv1.Role) error {
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
-	op, err := controllerutil.CreateOrUpdate(ctx, r.Client, role, func() error {
-		takeOver(log, "Role", role)
-		role.Labels = withOwnLabels(role.Labels)
-		role.Rules = want.Rules
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("writing Role %s/%s: %w", want.Namespace, want.Name, err)
-	}
-	if op != controllerutil.OperationResultNone {
-		log.Info(string(op)+" sidecar Role", "rules", len(want.Rules))
-	}
-	return nil
-}
 
 // errRoleRefChanged: the RoleBinding is bound to another role, and roleRef cannot be changed.
 var errRoleRefChanged = errors.New("sidecaraccess: RoleBinding bound to another role")
@@ -177,7 +157,7 @@ func takeOver(log logr.Logger, kind string, obj client.Object) {
 }
 
 // deleteOwn deletes the kind (read into obj) named Name in ns, if it exists and carries the
-// operator's labels; a Role or RoleBinding someone else made is left alone.
+// operator's labels; a RoleBinding someone else made is left alone.
 func (r *Reconciler) deleteOwn(ctx context.Context, log logr.Logger, kind string, obj client.Object, ns string) error {
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: Name}, obj)
 	if apierrors.IsNotFound(err) {
@@ -217,7 +197,7 @@ func subjectNames(s []rbacv1.Subject) []string {
 
 // SetupWithManager registers the Reconciler with mgr. It is triggered by the creation and
 // deletion of DistributedLocks and injected pods, by changes of a DistributedLock's spec, of a
-// pod's injected label or of whether it finished, and by any change of a Role or RoleBinding named
+// pod's injected label or of whether it finished, and by any change of the RoleBinding named
 // baton-sidecar (so drift is repaired). Every event maps to its namespace.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
@@ -228,7 +208,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		Watches(&batonv1.DistributedLock{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
-		Watches(&rbacv1.Role{}, toNamespace, builder.WithPredicates(ownName())).
 		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(ownName())).
 		Complete(r)
 }

@@ -22,10 +22,10 @@ func TestAccessFollowsLocksAndPods(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 
-	// A lock and no pods yet: the Role, and a RoleBinding without subjects.
+	// A lock and no pods yet: a RoleBinding of the status ClusterRole without subjects.
 	dl := newLock(f.ns, "jobs", batonv1.TrafficReadinessGate)
 	create(t, f.c, dl)
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule})
+	expectAccess(t, f, statusRole)
 
 	// Injected pods: their service accounts, sorted, once each, "default" for none. A pod that is
 	// not injected grants nothing.
@@ -33,32 +33,24 @@ func TestAccessFollowsLocksAndPods(t *testing.T) {
 	c := newPod(f.ns, "c", "", dl.Name, true)
 	plain := newPod(f.ns, "plain", "bystander", "", false)
 	create(t, f.c, a, b, c, plain)
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule}, "default", "worker")
+	expectAccess(t, f, statusRole, "default", "worker")
 
-	// The Label traffic policy needs patch on pods too.
+	// The Label traffic policy needs patch on pods too: the binding is replaced by one of the
+	// other ClusterRole (a roleRef cannot change).
 	dl.Spec.TrafficPolicy = batonv1.TrafficLabel
 	if err := f.c.Update(ctx, dl); err != nil {
 		t.Fatal(err)
 	}
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "default", "worker")
+	expectAccess(t, f, labelRole, "default", "worker")
 
 	// A finished pod's sidecar no longer runs: its service account drops out.
 	c.Status.Phase = corev1.PodSucceeded
 	if err := f.c.Status().Update(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+	expectAccess(t, f, labelRole, "worker")
 
-	// Drift is repaired: extra rules, foreign subjects, a deleted Role.
-	var role rbacv1.Role
-	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "baton-sidecar"}, &role); err != nil {
-		t.Fatal(err)
-	}
-	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
-	if err := f.c.Update(ctx, &role); err != nil {
-		t.Fatal(err)
-	}
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+	// Drift is repaired: foreign subjects, a deleted RoleBinding.
 	var rb rbacv1.RoleBinding
 	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "baton-sidecar"}, &rb); err != nil {
 		t.Fatal(err)
@@ -67,21 +59,21 @@ func TestAccessFollowsLocksAndPods(t *testing.T) {
 	if err := f.c.Update(ctx, &rb); err != nil {
 		t.Fatal(err)
 	}
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
-	remove(t, f.c, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "baton-sidecar"}})
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+	expectAccess(t, f, labelRole, "worker")
+	remove(t, f.c, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "baton-sidecar"}})
+	expectAccess(t, f, labelRole, "worker")
 
 	// Without the lock, the injected pods still need their grant; the pods patch goes.
 	remove(t, f.c, dl)
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule}, "worker")
+	expectAccess(t, f, statusRole, "worker")
 
-	// Nothing left that needs a sidecar: both are deleted.
+	// Nothing left that needs a sidecar: the binding is deleted.
 	remove(t, f.c, a, b, c)
 	expectNoAccess(t, f)
 
 	// An injected pod alone brings them back.
 	create(t, f.c, newPod(f.ns, "d", "other-worker", "jobs", true))
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule}, "other-worker")
+	expectAccess(t, f, statusRole, "other-worker")
 }
 
 // TestReconcileWritesOnlyWhatDiffers calls Reconcile directly, with a client that counts writes,
@@ -91,7 +83,7 @@ func TestReconcileWritesOnlyWhatDiffers(t *testing.T) {
 	ctx := logf.IntoContext(context.Background(), testLogger("direct")) // as a controller would
 	dl := newLock(f.ns, "jobs", batonv1.TrafficLabel)
 	create(t, f.c, dl, newPod(f.ns, "a", "worker", dl.Name, true))
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule, podsRule}, "worker")
+	expectAccess(t, f, labelRole, "worker")
 
 	var writes atomic.Int32
 	count := interceptor.Funcs{
@@ -124,20 +116,21 @@ func TestReconcileWritesOnlyWhatDiffers(t *testing.T) {
 		t.Errorf("Reconcile of a namespace in the desired state wrote %d times, want 0", n)
 	}
 
-	// A Role named baton-sidecar that the operator did not make, in a namespace that needs none,
-	// is left alone.
+	// A RoleBinding named baton-sidecar that the operator did not make, in a namespace that needs
+	// none, is left alone.
 	g := setup(t)
-	foreign := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: g.ns, Name: "baton-sidecar"}, Rules: []rbacv1.PolicyRule{statusRule}}
+	foreign := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: g.ns, Name: "baton-sidecar"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"}}
 	create(t, g.c, foreign)
 	req.Namespace = g.ns
 	if _, err := r.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	if n := writes.Load(); n != 0 {
-		t.Errorf("Reconcile wrote %d times in a namespace with a foreign Role and no locks, want 0", n)
+		t.Errorf("Reconcile wrote %d times in a namespace with a foreign RoleBinding and no locks, want 0", n)
 	}
-	if err := g.c.Get(ctx, client.ObjectKeyFromObject(foreign), &rbacv1.Role{}); err != nil {
-		t.Errorf("foreign Role: %v", err)
+	if err := g.c.Get(ctx, client.ObjectKeyFromObject(foreign), &rbacv1.RoleBinding{}); err != nil {
+		t.Errorf("foreign RoleBinding: %v", err)
 	}
 }
 
@@ -152,5 +145,5 @@ func TestForeignRoleBindingIsReplaced(t *testing.T) {
 	}
 	create(t, f.c, foreign)
 	create(t, f.c, newLock(f.ns, "jobs", batonv1.TrafficReadinessGate), newPod(f.ns, "a", "worker", "jobs", true))
-	expectAccess(t, f, []rbacv1.PolicyRule{statusRule}, "worker")
+	expectAccess(t, f, statusRole, "worker")
 }

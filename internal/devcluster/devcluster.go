@@ -7,6 +7,7 @@ package devcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/baton-dev/baton/internal/imagebuild"
@@ -72,7 +75,8 @@ type Cluster struct {
 	Agent      *nodeagent.Agent
 	Kubeconfig string // admin kubeconfig file, e.g. for kubectl
 	ProbeAddr  string // the operator's /healthz and /readyz
-	// MetricsAddr serves the operator's Prometheus metrics at /metrics.
+	// MetricsAddr serves the operator's Prometheus metrics at https://MetricsAddr/metrics, to a
+	// bearer token allowed get on /metrics (Metrics uses one).
 	MetricsAddr string
 
 	dir       string
@@ -228,6 +232,40 @@ func (c *Cluster) Stop() {
 	os.RemoveAll(c.dir)
 }
 
+// Metrics scrapes the operator's metrics as Prometheus would with the chart's ServiceMonitor: over
+// TLS (not verified: the operator's certificate is self-signed), with the token of the service
+// account MetricsReader in Namespace, which install binds to a ClusterRole allowing get on
+// /metrics. It returns the body of a 200 answer.
+func (c *Cluster) Metrics(ctx context.Context) (string, error) {
+	tr, err := c.Kube.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, MetricsReader,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token of %s: %w", MetricsReader, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+c.MetricsAddr+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /metrics: %s: %.200s", resp.Status, body)
+	}
+	return string(body), nil
+}
+
+// MetricsReader is the service account Metrics scrapes with.
+const MetricsReader = "metrics-reader"
+
 // Probe returns the status code of the operator's health endpoint path (0 when unreachable).
 func (c *Cluster) Probe(path string) int { return probe(c.ProbeAddr, path) }
 
@@ -249,13 +287,15 @@ const AppAccount = "worker"
 
 // install creates what the chart installs around the operator: the generated ClusterRole bound to
 // the operator's service account, the Role in its namespace (the rules of
-// charts/baton/templates/rbac.yaml), the empty webhook Secret and the sidecar admission policy.
+// charts/baton/templates/rbac.yaml), the sidecars' ClusterRoles, the empty webhook Secret and the
+// admission policies (the sidecars' and the operator's).
 func install(ctx context.Context, c client.Client, scheme *runtime.Scheme, root string) error {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	var objs []client.Object
-	for _, path := range []string{"config/rbac/role.yaml", "config/policy/sidecar-own-pod.yaml"} {
+	for _, path := range []string{"config/rbac/role.yaml", "config/sidecar/clusterroles.yaml",
+		"config/policy/sidecar-own-pod.yaml", "config/policy/operator-scope.yaml"} {
 		decoded, err := manifests.Decode(scheme, filepath.Join(root, path))
 		if err != nil {
 			return err
@@ -277,13 +317,25 @@ func install(ctx context.Context, c client.Client, scheme *runtime.Scheme, root 
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 				{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{webhookSecret}, Verbs: []string{"update"}},
 			},
 		},
 		&rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "baton-operator"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "baton-operator"},
 			Subjects:   []rbacv1.Subject{account},
+		},
+		// A scraper of the metrics, with the chart's ClusterRole baton-metrics-reader.
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: MetricsReader}},
+		&rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "baton-metrics-reader"},
+			Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+		},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "baton-metrics-reader"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "baton-metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: Namespace, Name: MetricsReader}},
 		},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: webhookSecret}, Type: corev1.SecretTypeTLS,
 			Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil}})

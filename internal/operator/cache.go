@@ -22,8 +22,9 @@ import (
 //     lock store says. The sidecaraccess reconciler lists the injected pods of a namespace to bind
 //     their service accounts. Neither needs any other pod, and caching every pod of a large
 //     cluster would cost memory for nothing.
-//   - Roles and RoleBindings: only those named baton-sidecar, the ones the sidecaraccess
-//     reconciler manages (and watches, to repair drift).
+//   - RoleBindings: only those named baton-sidecar, the ones the sidecaraccess reconciler manages
+//     (and watches, to repair drift). The field selector on the name is what lets the operator's
+//     RBAC limit list and watch to that name (resourceNames).
 //   - Everything else in full: DistributedLocks (both reconcilers, and the webhook), Deployments
 //     and StatefulSets (the DistributedLock reconciler's RolloutSafe check).
 //   - managedFields are dropped from every cached object: nothing reads them.
@@ -36,7 +37,6 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{inject.LabelInjected: "true"})},
-			&rbacv1.Role{}:        {Field: own},
 			&rbacv1.RoleBinding{}: {Field: own},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),

@@ -3,8 +3,6 @@ package operator_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -42,14 +40,14 @@ func TestOperatorHealthAndLeaderElection(t *testing.T) {
 		l, err := env.Kube.CoordinationV1().Leases(devcluster.Namespace).Get(context.Background(), "baton-operator.baton.dev", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	})
-	resp, err := http.Get("http://" + env.MetricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	var body string
+	testenv.WaitFor(t, "the operator's metrics, scraped with a token allowed to read them", 30*time.Second, func() bool {
+		var err error
+		body, err = env.Metrics(context.Background())
+		return err == nil
+	})
 	for _, want := range []string{`controller_runtime_reconcile_total{controller="distributedlock"`, `controller_runtime_reconcile_total{controller="sidecaraccess"`, "workqueue_depth"} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
@@ -203,13 +201,8 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	metric := fmt.Sprintf(`baton_distributedlock_token{distributedlock="orders",lock="orders",namespace=%q} %s`, ns,
 		strconv.FormatFloat(float64(second), 'g', -1, 64))
 	testenv.WaitFor(t, "metric "+metric, 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + env.MetricsAddr + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(body), metric)
+		body, err := env.Metrics(context.Background())
+		return err == nil && strings.Contains(body, metric)
 	})
 
 	// Revocation by annotation: recorded, annotation removed, holder fenced.

@@ -53,7 +53,13 @@ type Options struct {
 	Kubeconfig  string
 	Namespace   string // the operator's namespace: leader-election Lease and webhook Secret
 	MetricsAddr string
-	ProbeAddr   string
+	// MetricsSecure serves the metrics over TLS to clients the API server authenticates and
+	// authorizes (get on the non-resource URL /metrics); false serves them in the clear to anyone.
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint; empty: a self-signed
+	// certificate made at start.
+	MetricsCertDir string
+	ProbeAddr      string
 
 	LeaderElect      bool
 	LeaderElectionID string
@@ -109,7 +115,9 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file, outside a cluster (default: in-cluster config or $KUBECONFIG)")
 	fs.StringVar(&o.Namespace, "namespace", getenv("POD_NAMESPACE"), "the operator's namespace, for its leader-election Lease and webhook Secret (default $POD_NAMESPACE)")
-	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", `address of the Prometheus metrics endpoint ("0" disables it)`)
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over TLS, only to clients whose token the API server authenticates and authorizes for get on /metrics (false: plain HTTP to anyone)")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory of tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one replica to run the reconcilers (every replica serves the webhook)")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "baton-operator.baton.dev", "name of the leader-election Lease")

@@ -29,6 +29,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -42,9 +43,18 @@ import (
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
+// The certificate rotator caches every MutatingWebhookConfiguration (it selects none by name) and
+// writes the caBundle of one: the chart's baton-inject (--webhook-configuration; another name needs
+// this rule changed).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=baton-inject
 // The webhook Secret and the leader-election Lease live in the operator's namespace; the chart
 // grants those with a Role there.
+
+// The metrics endpoint authenticates each scrape with a TokenReview and authorizes it with a
+// SubjectAccessReview (get on /metrics):
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // nativeSidecarsSince is the first Kubernetes minor version with native sidecars on by default.
 const nativeSidecarsSince = "1.29.0"
@@ -95,7 +105,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Logger:                  log,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        o.LeaderElectionID,
@@ -238,6 +248,22 @@ func ensureSecret(ctx context.Context, r client.Reader, w client.Writer, namespa
 		return fmt.Errorf("operator: creating webhook Secret %s/%s: %w", namespace, name, err)
 	}
 	return nil
+}
+
+// metricsOptions serves the metrics as Kubebuilder scaffolds it: with --metrics-secure over TLS
+// (the certificate in --metrics-cert-dir, else a self-signed one made at start, which Prometheus
+// cannot verify), and only to a client whose bearer token the API server authenticates and
+// authorizes for get on /metrics. Every scrape then costs a TokenReview and a
+// SubjectAccessReview, which controller-runtime caches for a minute (not guaranteed: a revoked
+// right may still read for that long).
+func metricsOptions(o Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		m.SecureServing = true
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+		m.CertDir = o.MetricsCertDir
+	}
+	return m
 }
 
 // ensureSchema is the pool's schema option: with --ensure-schema, the schema of the connections

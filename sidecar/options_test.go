@@ -155,6 +155,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"hint port out of range", []string{"--hint-port=70000"}, nil, []string{"--hint-port (BATON_HINT_PORT) is 70000"}},
 		{"hints without pod IP", nil, map[string]string{"BATON_HINT_PORT": "9465"}, []string{"--pod-ip (POD_IP)", "status.podIP", "BATON_HINT_PORT to 0"}},
 		{"hints on every address", nil, map[string]string{"BATON_HINT_PORT": "9465", "POD_IP": "0.0.0.0"}, []string{"--pod-ip (POD_IP) is \"0.0.0.0\""}},
+		{"metrics address with a host name", []string{"--metrics-addr=metrics.local:9464"}, nil, []string{"--metrics-addr (BATON_METRICS_ADDR) is \"metrics.local:9464\"", ":<port> for every address"}},
 		{"unknown flag", []string{"--colour"}, nil, []string{"flag provided but not defined", "-h"}},
 		{"stray argument", []string{"run"}, nil, []string{`unexpected argument "run"`}},
 	} {

@@ -12,7 +12,9 @@
 // The model has two halves:
 //
 //   - RBAC: the Reconciler keeps, in every namespace that has a DistributedLock or an injected pod
-//     (label baton.dev/injected=true), a Role and a RoleBinding both named baton-sidecar. The Role
+//     (inject.Injected: the label and annotation baton.dev/injected and the sidecar container,
+//     which the webhook adds at creation and lets nobody add or change later), a Role and a
+//     RoleBinding both named baton-sidecar. The Role
 //     allows patch on pods/status, and patch on pods as well when some DistributedLock of the
 //     namespace uses the Label traffic policy; nothing else (no get, list or watch). The
 //     RoleBinding's subjects are the service accounts of the namespace's injected pods. RBAC cannot
@@ -32,6 +34,9 @@
 // go through its old pod: one more move of the lock, never two holders.)
 //
 // What it does not guarantee:
+//   - "Injected" rests on the webhook: it denies a pod created with the markers and any update
+//     that changes them. A pod created while the webhook configuration was absent, or one that a
+//     cluster admin exempted from it, is taken at its word.
 //   - The grant is per service account. A pod that is not injected but runs with the same service
 //     account gets the same narrow rights on its own pod; give baton workloads their own service
 //     account to avoid that. Conversely, an injected app whose service account must update other

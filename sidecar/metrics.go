@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -178,11 +180,14 @@ func (s *instrumentedStore) Queue(ctx context.Context, id string, from int64, li
 	return q, err
 }
 
-// serveMetrics serves /metrics on the loopback address addr until ctx ends.
+// serveMetrics serves /metrics on addr until ctx ends: an IP and port, or ":<port>" for every
+// address of the pod's network namespace (what the webhook injects with --sidecar-metrics-port, so
+// that Prometheus scrapes the pod's IP). The metrics are read-only and hold no secrets; the lock
+// API is never served here (its TCP listener, ListenTCP, stays loopback-only). Nothing limits who
+// may scrape a non-loopback address: a NetworkPolicy does, if wanted.
 func serveMetrics(ctx context.Context, addr string, m *Metrics) (net.Listener, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-		return nil, fmt.Errorf("sidecar: %s is %q: give a loopback address such as %s", sidecarcontract.MetricsAddr, addr, sidecarcontract.MetricsAddr.Default())
+	if err := checkMetricsAddr(addr); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -194,6 +199,25 @@ func serveMetrics(ctx context.Context, addr string, m *Metrics) (net.Listener, e
 	go func() { _ = srv.Serve(ln) }()
 	context.AfterFunc(ctx, func() { srv.Close() })
 	return ln, nil
+}
+
+// checkMetricsAddr accepts an IP literal and port, or ":<port>"; not a host name, which would
+// make the sidecar's listening address depend on DNS.
+func checkMetricsAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && host != "" {
+		_, err = netip.ParseAddr(host)
+	}
+	if err == nil {
+		var n int
+		if n, err = strconv.Atoi(port); err == nil && (n < 0 || n > 65535) {
+			err = errors.New("port out of range")
+		}
+	}
+	if err != nil {
+		return sidecarcontract.Errorf(sidecarcontract.MetricsAddr, "is %q: give an IP and port such as %s, or :<port> for every address of the pod", addr, sidecarcontract.MetricsAddr.Default())
+	}
+	return nil
 }
 
 // hintCollector exports a hint socket's counts (hintudp.Stats) as Prometheus counters.

@@ -3,7 +3,9 @@ package sidecar
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -11,8 +13,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -71,8 +76,10 @@ func TestServeMetrics(t *testing.T) {
 	m.acquired("orders", 7)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := serveMetrics(ctx, "0.0.0.0:0", m); err == nil || !strings.Contains(err.Error(), "loopback") {
-		t.Fatalf("non-loopback metrics address accepted: %v", err)
+	for _, bad := range []string{"metrics.example:9464", "9464", "127.0.0.1:99999", ""} {
+		if _, err := serveMetrics(ctx, bad, m); err == nil || !strings.Contains(err.Error(), "BATON_METRICS_ADDR") {
+			t.Errorf("metrics address %q: err = %v, want a refusal naming BATON_METRICS_ADDR", bad, err)
+		}
 	}
 	ln, err := serveMetrics(ctx, "127.0.0.1:0", m)
 	if err != nil {
@@ -89,4 +96,79 @@ func TestServeMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+}
+
+// TestInjectedMetricsPortIsServed runs the metrics server on exactly the address the webhook
+// injects when the operator's --sidecar-metrics-port is set (":<port>", for the pod's IP), and
+// scrapes it on an address other than loopback when this host has one.
+func TestInjectedMetricsPortIsServed(t *testing.T) {
+	port := freeTCPPort(t)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker", Annotations: map[string]string{inject.AnnotationLock: "orders"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: batonv1.DistributedLockSpec{LockIDs: []string{"orders"}}}
+	out, err := inject.Inject(pod, dl, inject.Config{Image: "baton:test", NativeSidecars: true, MetricsPort: int32(port),
+		Cassandra: batonv1.CassandraConnection{ContactPoints: []string{"cassandra:9042"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sidecar's environment as the kubelet gives it: plain values, and the downward API's.
+	podEnv := map[string]string{"POD_NAMESPACE": "shop", "POD_NAME": "worker", "POD_UID": "u-1", "POD_IP": "10.0.0.7"}
+	for _, e := range out.Spec.InitContainers[0].Env {
+		if e.ValueFrom == nil {
+			podEnv[e.Name] = e.Value
+		}
+	}
+	opts, err := ParseOptions(nil, func(k string) string { return podEnv[k] })
+	if err != nil {
+		t.Fatalf("the injected sidecar's settings: %v", err)
+	}
+	m := NewMetrics()
+	m.acquired("orders", 7)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ln, err := serveMetrics(ctx, opts.MetricsAddr, m)
+	if err != nil {
+		t.Fatalf("serving metrics on the injected address %q: %v", opts.MetricsAddr, err)
+	}
+	host := "127.0.0.1"
+	if ip := nonLoopbackIP(t); ip != "" {
+		host = ip
+	}
+	url := "http://" + net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)) + "/metrics"
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if want := `baton_lock_held{lock="orders"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("%s lacks %q", url, want)
+	}
+}
+
+// freeTCPPort returns a TCP port that was free a moment ago.
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// nonLoopbackIP returns an IPv4 address of this host that is not loopback, or "" if it has none.
+func nonLoopbackIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
 }

@@ -36,11 +36,13 @@ type Options struct {
 	// Cassandra is the lock store connection, with the credential and TLS files already read. Its
 	// ClusterName, when set, is the cluster the DistributedLock lives on
 	// (status.cassandraClusterName, injected by the webhook): the sidecar refuses any other.
-	Cassandra   cassandrastore.Connection
-	Pod         PodIdentity
-	SocketPath  string // unix socket of the localhost API
-	ListenTCP   string // optional loopback TCP address of the API ("" = off)
-	MetricsAddr string // loopback address of the Prometheus metrics
+	Cassandra  cassandrastore.Connection
+	Pod        PodIdentity
+	SocketPath string // unix socket of the localhost API
+	ListenTCP  string // optional loopback TCP address of the API ("" = off)
+	// MetricsAddr is where the Prometheus metrics are served: loopback by default, ":<port>" for
+	// the pod's IP (the webhook's --sidecar-metrics-port). ListenTCP, the lock API, is loopback only.
+	MetricsAddr string
 	// HintPort is the UDP port on the pod IP where other sidecars send hand-off hints (see
 	// lock.Hinter and package hintudp); 0 turns hints off, and waiters then only poll.
 	HintPort int
@@ -171,6 +173,9 @@ func (o Options) problems() []error {
 	}
 	if o.SocketPath == "" || !strings.HasPrefix(o.SocketPath, "/") {
 		bad(sidecarcontract.Socket, "is %q: give an absolute path", o.SocketPath)
+	}
+	if err := checkMetricsAddr(o.MetricsAddr); err != nil {
+		errs = append(errs, err)
 	}
 	if o.HintPort < 0 || o.HintPort > 65535 {
 		bad(sidecarcontract.HintPort, "is %d: use a UDP port from 1 to 65535, or 0 for no hints", o.HintPort)

@@ -163,6 +163,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"hints on loopback", nil, map[string]string{"BATON_HINT_PORT": "9465", "POD_IP": "127.0.3.1"}, []string{"--pod-ip (POD_IP) is \"127.0.3.1\", a loopback address", "BATON_HINT_ALLOW_LOOPBACK=true"}},
 		{"hints on mapped loopback", nil, map[string]string{"BATON_HINT_PORT": "9465", "POD_IP": "::ffff:127.0.0.1"}, []string{"a loopback address"}},
 		{"bad loopback switch", nil, map[string]string{"BATON_HINT_ALLOW_LOOPBACK": "yes please"}, []string{"--hint-allow-loopback (BATON_HINT_ALLOW_LOOPBACK) is \"yes please\""}},
+		{"metrics address with a host name", []string{"--metrics-addr=metrics.local:9464"}, nil, []string{"--metrics-addr (BATON_METRICS_ADDR) is \"metrics.local:9464\"", ":<port> for every address"}},
 		{"unknown flag", []string{"--colour"}, nil, []string{"flag provided but not defined", "-h"}},
 		{"stray argument", []string{"run"}, nil, []string{`unexpected argument "run"`}},
 	} {

@@ -65,7 +65,7 @@ type Access struct {
 
 // Desired returns the access of the sidecars in namespace ns given its DistributedLocks and pods,
 // and false when the namespace needs none (it has neither a DistributedLock nor an injected pod).
-// Objects of other namespaces, pods without the label baton.dev/injected=true and pods that
+// Objects of other namespaces, pods the webhook did not inject (see Injected) and pods that
 // finished (phase Succeeded or Failed: their sidecar no longer runs) are ignored.
 func Desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (Access, bool) {
 	var (
@@ -107,8 +107,10 @@ func Desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (Acc
 	return a, true
 }
 
-// Injected reports whether pod carries the label the webhook puts on injected pods.
-func Injected(pod *corev1.Pod) bool { return pod.Labels[inject.LabelInjected] == "true" }
+// Injected reports whether the webhook injected pod (inject.Injected): the label and annotation
+// baton.dev/injected and the sidecar container. The label alone is not enough: a pod's author, or
+// anyone who may update it, could set it.
+func Injected(pod *corev1.Pod) bool { return inject.Injected(pod) }
 
 // finished reports whether pod has terminated for good.
 func finished(pod *corev1.Pod) bool {

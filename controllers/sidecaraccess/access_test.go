@@ -30,7 +30,16 @@ func podIn(ns, name, sa string, injected bool, phase corev1.PodPhase) corev1.Pod
 	}
 	if injected {
 		p.Labels = map[string]string{inject.LabelInjected: "true"}
+		p.Annotations = map[string]string{inject.AnnotationInjected: "baton:test"}
+		p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName}}
 	}
+	return p
+}
+
+// forged is podIn's injected pod without one of the webhook's marks.
+func forged(ns, name, sa string, drop func(*corev1.Pod)) corev1.Pod {
+	p := podIn(ns, name, sa, true, corev1.PodRunning)
+	drop(&p)
 	return p
 }
 
@@ -55,6 +64,16 @@ func TestDesired(t *testing.T) {
 		name:   "finished pods do not count",
 		pods:   []corev1.Pod{podIn("ns", "a", "app", true, corev1.PodSucceeded), podIn("ns", "b", "app", true, corev1.PodFailed)},
 		needed: false,
+	}, {
+		name:  "pods the webhook did not inject do not count, whatever their labels",
+		locks: []batonv1.DistributedLock{lockIn("ns", "l", "")},
+		pods: []corev1.Pod{
+			forged("ns", "a", "no-sidecar", func(p *corev1.Pod) { p.Spec.InitContainers = nil }),
+			forged("ns", "b", "no-annotation", func(p *corev1.Pod) { p.Annotations = nil }),
+			forged("ns", "c", "no-label", func(p *corev1.Pod) { p.Labels = nil }),
+		},
+		needed: true,
+		want:   sidecaraccess.Access{ClusterRole: statusRole},
 	}, {
 		name:   "a lock without pods: status patch, no subjects",
 		locks:  []batonv1.DistributedLock{lockIn("ns", "l", "")},

@@ -14,9 +14,10 @@
 //   - RBAC: two fixed ClusterRoles, installed with the operator (config/sidecar): baton-sidecar
 //     allows patch on pods/status, baton-sidecar-label patch on pods/status and on pods; nothing
 //     else (no get, list or watch). The Reconciler keeps, in every namespace that has a
-//     DistributedLock or an injected pod (label baton.dev/injected=true), a RoleBinding named
-//     baton-sidecar to the first, or to the second when some DistributedLock of the namespace uses
-//     the Label traffic policy. Its subjects are the service accounts of the namespace's injected
+//     DistributedLock or an injected pod (inject.Injected: the label and annotation
+//     baton.dev/injected and the sidecar container, which the webhook adds at creation and lets
+//     nobody add or change later), a RoleBinding named baton-sidecar to the first, or to the
+//     second when some DistributedLock of the namespace uses the Label traffic policy. Its subjects are the service accounts of the namespace's injected
 //     pods. RBAC cannot name a pod that does not exist yet, so on its own this lets every such
 //     token patch every pod of the namespace.
 //   - Admission: the ValidatingAdmissionPolicy baton-sidecar-own-pod (config/policy) takes that
@@ -33,6 +34,9 @@
 // go through its old pod: one more move of the lock, never two holders.)
 //
 // What it does not guarantee:
+//   - "Injected" rests on the webhook: it denies a pod created with the markers and any update
+//     that changes them. A pod created while the webhook configuration was absent, or one that a
+//     cluster admin exempted from it, is taken at its word.
 //   - The grant is per service account. A pod that is not injected but runs with the same service
 //     account gets the same narrow rights on its own pod; give baton workloads their own service
 //     account to avoid that. Conversely, an injected app whose service account must update other

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -283,8 +284,8 @@ func newLock(ns, name string, traffic batonv1.TrafficPolicy) *batonv1.Distribute
 	}
 }
 
-// newPod is a pod running as service account sa; an injected one carries the label and the
-// annotation the webhook leaves.
+// newPod is a pod running as service account sa; an injected one carries what the webhook leaves:
+// the label and the annotation baton.dev/injected, and the sidecar container.
 func newPod(ns, name, sa, lock string, injected bool) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "worker"}},
@@ -295,10 +296,15 @@ func newPod(ns, name, sa, lock string, injected bool) *corev1.Pod {
 	}
 	if injected {
 		p.Labels[inject.LabelInjected] = "true"
-		p.Annotations = map[string]string{inject.AnnotationLock: lock}
+		p.Annotations = map[string]string{inject.AnnotationLock: lock, inject.AnnotationInjected: sidecarImage}
+		p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName, Image: sidecarImage,
+			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
 	}
 	return p
 }
+
+// sidecarImage is the sidecar image of the injected pods of the tests.
+const sidecarImage = "ghcr.io/baton-dev/baton:test"
 
 func create(t *testing.T, c client.Client, objs ...client.Object) {
 	t.Helper()

@@ -16,6 +16,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
+	"github.com/baton-dev/baton/internal/inject"
 )
 
 func TestAccessFollowsLocksAndPods(t *testing.T) {
@@ -74,6 +75,31 @@ func TestAccessFollowsLocksAndPods(t *testing.T) {
 	// An injected pod alone brings them back.
 	create(t, f.c, newPod(f.ns, "d", "other-worker", "jobs", true))
 	expectAccess(t, f, statusRole, "other-worker")
+}
+
+// TestOnlyInjectedPodsGetAccess: the sidecar's permissions go to the service accounts of pods the
+// webhook injected, not to any pod that carries the label baton.dev/injected=true. A pod whose
+// author set the markers itself (the webhook now denies it; this environment runs none, so the
+// operator's own check is what is tested) and a pod labelled after its creation have no sidecar
+// container, which can only be added when a pod is created.
+func TestOnlyInjectedPodsGetAccess(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	dl := newLock(f.ns, "jobs", batonv1.TrafficReadinessGate)
+	create(t, f.c, dl)
+
+	forged := newPod(f.ns, "forged", "intruder", dl.Name, false)
+	forged.Labels[inject.LabelInjected] = "true"
+	forged.Annotations = map[string]string{inject.AnnotationLock: dl.Name, inject.AnnotationInjected: sidecarImage}
+	relabelled := newPod(f.ns, "relabelled", "relabelled", "", false)
+	// Created before the real pod: every reconcile that sees the real pod sees these too.
+	create(t, f.c, forged, relabelled)
+	patch := []byte(`{"metadata":{"labels":{"baton.dev/injected":"true"},"annotations":{"baton.dev/injected":"x"}}}`)
+	if err := f.c.Patch(ctx, relabelled, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	create(t, f.c, newPod(f.ns, "real", "worker", dl.Name, true))
+	expectAccess(t, f, statusRole, "worker")
 }
 
 // TestReconcileWritesOnlyWhatDiffers calls Reconcile directly, with a client that counts writes,

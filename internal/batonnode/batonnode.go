@@ -96,6 +96,9 @@ type Chart struct {
 	Hosts []string // the operator's default Cassandra contact points, reachable from pods
 	// GlobalNamespaces may use scope: Global locks.
 	GlobalNamespaces []string
+	// MetricsPort is the chart's sidecar.metricsPort: the port on each pod's IP where sidecars
+	// serve their metrics (0: the chart's default, loopback only).
+	MetricsPort int32
 	// Timeout bounds the install, waiting for the operator to be Ready (default 3 minutes).
 	Timeout time.Duration
 }
@@ -123,6 +126,9 @@ func Install(ctx context.Context, c Chart) ([]byte, error) {
 		"--wait", "--timeout", timeout.String()}
 	if len(c.GlobalNamespaces) > 0 {
 		args = append(args, "--set", "globalNamespaces={"+strings.Join(c.GlobalNamespaces, ",")+"}")
+	}
+	if c.MetricsPort != 0 {
+		args = append(args, "--set", fmt.Sprintf("sidecar.metricsPort=%d", c.MetricsPort))
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
 	defer cancel()

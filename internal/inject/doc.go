@@ -3,11 +3,12 @@
 // injection; the webhook is plumbing around it.
 //
 // Required is the policy: a pure function that says whether a pod should be injected and, when
-// not, why (no baton.dev/lock annotation, opted out with baton.dev/inject: "false", already
-// injected, host network). Inject is the mutation: it returns a deep copy of the pod with the
+// not, why (no baton.dev/lock annotation, opted out with baton.dev/inject: "false", host network).
+// Marked finds a pod that carries baton's injection markers (baton.dev/injected) before injection,
+// which the webhook denies; Injected is the operator's test for a pod the webhook injected. Inject is the mutation: it returns a deep copy of the pod with the
 // sidecar container "baton", the socket volume, the app environment (BATON_SOCKET, BATON_LOCKS),
-// the readiness gate and the sidecar's settings taken from the DistributedLock and the operator's
-// Config. It never touches its input and never writes a patch: the webhook diffs the original and
+// the readiness gate, the label baton.dev/role=standby (Label traffic policy; removed under the
+// others) and the sidecar's settings taken from the DistributedLock and the operator's Config. It never touches its input and never writes a patch: the webhook diffs the original and
 // the injected pod (admission.PatchResponseFromRaw).
 //
 // On clusters with native sidecars (Kubernetes ≥ 1.29, Config.NativeSidecars) the sidecar is the

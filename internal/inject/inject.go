@@ -174,6 +174,14 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 		out.Labels = map[string]string{}
 	}
 	out.Labels[LabelInjected] = "true"
+	// 6. No pod starts out as the holder: under the Label policy the sidecar relabels its pod once
+	// it holds the locks; under the others baton.dev/role is not maintained, so a value the pod's
+	// author set would be a claim nobody checks.
+	if s.traffic == batonv1.TrafficLabel {
+		out.Labels[sidecarcontract.LabelRole] = sidecarcontract.RoleStandby
+	} else {
+		delete(out.Labels, sidecarcontract.LabelRole)
+	}
 	return out, nil
 }
 

@@ -88,13 +88,17 @@ func TestInjectedPodIsNotInjectedAgain(t *testing.T) {
 			continue
 		}
 		n++
-		if ok, _ := inject.Required(p); ok {
-			t.Errorf("%s: Required says yes to the injected pod", c.name)
+		if reason := inject.Marked(p); reason == "" {
+			t.Errorf("%s: Marked finds no marker on the injected pod", c.name)
 		}
-		// Even without the annotation, the container marks the pod as injected.
+		if !inject.Injected(p) {
+			t.Errorf("%s: Injected says no to the injected pod", c.name)
+		}
+		// Without the markers, the container still keeps the pod from being injected again.
 		delete(p.Annotations, inject.AnnotationInjected)
-		if ok, _ := inject.Required(p); ok {
-			t.Errorf("%s: Required says yes to the injected pod without %s", c.name, inject.AnnotationInjected)
+		delete(p.Labels, inject.LabelInjected)
+		if inject.Injected(p) {
+			t.Errorf("%s: Injected says yes without the markers", c.name)
 		}
 		if _, err := inject.Inject(p, c.dl, testConfig(c.name)); !errors.Is(err, inject.ErrConflict) {
 			t.Errorf("%s: injecting an injected pod again: %v, want ErrConflict", c.name, err)
@@ -233,13 +237,12 @@ func TestRequired(t *testing.T) {
 		{"opt out", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "false"}, nil), false, "opted out"},
 		{"opt out no", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "No"}, nil), false, "opted out"},
 		{"inject true", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "true"}, nil), true, ""},
-		{"injected annotation", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInjected: "img"}, nil), false, "already injected"},
+		// Markers and a container of the sidecar's name are no reason to skip injection: the
+		// webhook denies the first (Marked), Inject refuses the second.
+		{"injected annotation", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInjected: "img"}, nil), true, ""},
 		{"baton init container", pod(lock, func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName}}
-		}), false, "already injected"},
-		{"baton container", pod(lock, func(p *corev1.Pod) {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: inject.ContainerName})
-		}), false, "already injected"},
+		}), true, ""},
 		{"host network", pod(lock, func(p *corev1.Pod) { p.Spec.HostNetwork = true }), false, "host network"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -248,6 +251,64 @@ func TestRequired(t *testing.T) {
 				t.Errorf("Required = %v, %q; want %v, containing %q", got, reason, tc.want, tc.reason)
 			}
 		})
+	}
+}
+
+// TestNoPodStartsAsHolder: injection labels the pod baton.dev/role=standby under the Label
+// traffic policy, whatever the pod's author wrote, and removes the label under the other
+// policies, where the sidecar does not maintain it.
+func TestNoPodStartsAsHolder(t *testing.T) {
+	for _, traffic := range []batonv1.TrafficPolicy{batonv1.TrafficLabel, batonv1.TrafficReadinessGate, batonv1.TrafficNone} {
+		for _, role := range []string{"", sidecarcontract.RoleHolder, sidecarcontract.RoleStandby} {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "w",
+				Annotations: map[string]string{inject.AnnotationLock: "orders"}, Labels: map[string]string{"app": "w"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
+			if role != "" {
+				pod.Labels[sidecarcontract.LabelRole] = role
+			}
+			dl := validLock()
+			dl.Spec.TrafficPolicy = traffic
+			out, err := inject.Inject(pod, dl, inject.Config{Image: "baton:test", Cassandra: batonv1.CassandraConnection{ContactPoints: []string{"db"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := out.Labels[sidecarcontract.LabelRole]
+			if traffic == batonv1.TrafficLabel && got != sidecarcontract.RoleStandby {
+				t.Errorf("%s, pod labelled %q: %s = %q, want %s", traffic, role, sidecarcontract.LabelRole, got, sidecarcontract.RoleStandby)
+			}
+			if traffic != batonv1.TrafficLabel && ok {
+				t.Errorf("%s, pod labelled %q: %s = %q, want no label", traffic, role, sidecarcontract.LabelRole, got)
+			}
+			if out.Labels["app"] != "w" {
+				t.Errorf("%s: the pod's own labels changed: %v", traffic, out.Labels)
+			}
+		}
+	}
+}
+
+// TestMarked: a pod being created that carries the annotation or the label baton.dev/injected,
+// whatever its value, is marked; nothing else is.
+func TestMarked(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		labels      map[string]string
+		want        string
+	}{
+		{"plain", map[string]string{inject.AnnotationLock: "orders"}, map[string]string{"app": "w"}, ""},
+		{"annotation", map[string]string{inject.AnnotationInjected: "img"}, nil, "annotation baton.dev/injected"},
+		{"empty annotation", map[string]string{inject.AnnotationInjected: ""}, nil, "annotation baton.dev/injected"},
+		{"label", nil, map[string]string{inject.LabelInjected: "true"}, "label baton.dev/injected"},
+		{"label false", nil, map[string]string{inject.LabelInjected: "false"}, "label baton.dev/injected"},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.annotations, Labels: tc.labels}}
+		got := inject.Marked(pod)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: Marked = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if inject.Marked(nil) != "" {
+		t.Error("a nil pod is marked")
 	}
 }
 

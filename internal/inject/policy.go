@@ -14,16 +14,51 @@ const (
 	// AnnotationInject set to "false" (or "no", "off", "n", "0") opts a pod out of injection even
 	// though it carries AnnotationLock.
 	AnnotationInject = "baton.dev/inject"
-	// AnnotationInjected is set by Inject to the sidecar image; a pod carrying it is not injected
-	// again.
+	// AnnotationInjected is set by Inject to the sidecar image. Like LabelInjected it is a marker
+	// only the webhook's own mutation may set: see Marked.
 	AnnotationInjected = "baton.dev/injected"
 	// LabelInjected ("true") marks injected pods, so that the operator can watch only those and
-	// grant their service accounts the sidecar's permissions.
+	// grant their service accounts the sidecar's permissions (see Injected).
 	LabelInjected = "baton.dev/injected"
 )
 
+// Marked returns why pod, as it is being created, already carries one of the markers only Inject
+// may add (the annotation or the label baton.dev/injected), or "" when it carries neither. The
+// webhook denies such a pod: the operator trusts the markers (it grants the sidecar's permissions
+// to the service accounts of marked pods), so they must come from the webhook's mutation, never
+// from the pod's author. A copy of an injected pod (kubectl get -o yaml | kubectl create) is
+// denied too: create it from its workload, or without the markers and the sidecar.
+func Marked(pod *corev1.Pod) string {
+	if pod == nil {
+		return ""
+	}
+	if _, ok := pod.Annotations[AnnotationInjected]; ok {
+		return "pod carries the annotation " + AnnotationInjected + ", which only baton's webhook sets when it injects the sidecar: remove it (and the sidecar, if the pod is a copy of an injected pod) and let the webhook inject"
+	}
+	if _, ok := pod.Labels[LabelInjected]; ok {
+		return "pod carries the label " + LabelInjected + ", which only baton's webhook sets when it injects the sidecar: remove it (and the sidecar, if the pod is a copy of an injected pod) and let the webhook inject"
+	}
+	return ""
+}
+
+// Injected reports whether pod was injected by the webhook, as far as the pod can tell: it
+// carries the label baton.dev/injected=true and the annotation, and has the sidecar container
+// (containers can only be added when a pod is created). It relies on the webhook: the webhook
+// denies a pod created with the markers and any later change of them, so the markers of a pod
+// admitted while the webhook was installed are the webhook's own. It does not guarantee that:
+// pods created while the webhook configuration was absent (or edited to leave pods out) were not
+// checked, and the sidecar container's image and settings are not compared with what the webhook
+// would inject today.
+func Injected(pod *corev1.Pod) bool {
+	return pod != nil && pod.Labels[LabelInjected] == "true" && pod.Annotations[AnnotationInjected] != "" &&
+		hasContainer(pod, ContainerName)
+}
+
 // Required says whether pod should get the baton sidecar and, when it should not, why. It looks
-// only at the pod: whether the referenced DistributedLock exists is the caller's question.
+// only at the pod: whether the referenced DistributedLock exists is the caller's question. It does
+// not look for baton's markers (Marked) or an existing sidecar container: the webhook denies the
+// first, and Inject refuses the second (ErrConflict), so that no pod skips the webhook's checks by
+// looking injected.
 func Required(pod *corev1.Pod) (bool, string) {
 	if pod == nil {
 		return false, "no pod"
@@ -33,12 +68,6 @@ func Required(pod *corev1.Pod) (bool, string) {
 	}
 	if v, ok := pod.Annotations[AnnotationInject]; ok && OptedOut(v) {
 		return false, "pod opted out with annotation " + AnnotationInject + ": " + v
-	}
-	if _, ok := pod.Annotations[AnnotationInjected]; ok {
-		return false, "pod is already injected (annotation " + AnnotationInjected + ")"
-	}
-	if hasContainer(pod, ContainerName) {
-		return false, "pod is already injected (it has a container named " + ContainerName + ")"
 	}
 	if pod.Spec.HostNetwork {
 		return false, "pod uses the host network: its sidecar's loopback metrics port would collide with other pods on the node; run it without hostNetwork or remove the " + AnnotationLock + " annotation"

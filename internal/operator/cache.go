@@ -17,7 +17,7 @@ import (
 // sees only what it holds, so each narrowing below is checked against all of them.
 //
 //   - Pods: only those labelled baton.dev/injected=true (the webhook sets the label on every pod
-//     it injects). The DistributedLock reconciler watches pods to refresh the status of the lock
+//     it injects; the sidecaraccess reconciler checks the rest of inject.Injected itself). The DistributedLock reconciler watches pods to refresh the status of the lock
 //     a pod names: only an injected pod runs a sidecar, so only its events can change what the
 //     lock store says. The sidecaraccess reconciler lists the injected pods of a namespace to bind
 //     their service accounts. Neither needs any other pod, and caching every pod of a large

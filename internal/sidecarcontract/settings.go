@@ -94,7 +94,7 @@ var table = []row{
 
 	{Socket, EnvSocket, "unix socket of the localhost API", SocketPath},
 	{ListenTCP, "BATON_LISTEN_TCP", "also serve the API on this loopback TCP address (empty: off)", ""},
-	{MetricsAddr, "BATON_METRICS_ADDR", "loopback address of the Prometheus metrics", "127.0.0.1:9464"},
+	{MetricsAddr, "BATON_METRICS_ADDR", "address of the Prometheus metrics: IP:port, or :port for every address of the pod", "127.0.0.1:9464"},
 	{HintPort, "BATON_HINT_PORT", "UDP port on the pod IP for hand-off hints from other sidecars (0: off, waiters only poll)", "0"},
 	{HintAllowLoopback, "BATON_HINT_ALLOW_LOOPBACK", "development only: take and send hand-off hints on loopback addresses, for several sidecars on one host (never in a pod: hint addresses come from the lock store)", "false"},
 	{ShutdownTimeout, "BATON_SHUTDOWN_TIMEOUT", "how long releasing locks may take at SIGTERM", DefaultShutdownTimeout.String()},

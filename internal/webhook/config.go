@@ -4,8 +4,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/baton-dev/baton/internal/inject"
 )
 
 const (
@@ -13,19 +11,26 @@ const (
 	Path = "/mutate-v1-pod"
 	// WebhookName is the name of the webhook inside the configuration.
 	WebhookName = "inject.baton.dev"
-	// MatchConditionName names the CEL condition that sends only annotated pods to the webhook.
-	MatchConditionName = "has-baton-lock-annotation"
-	// MatchConditionExpression is the CEL expression of that condition.
-	MatchConditionExpression = "has(object.metadata.annotations) && '" + inject.AnnotationLock + "' in object.metadata.annotations"
+	// MatchConditionName names the CEL condition that sends the webhook only the creation of a
+	// pod with the annotation baton.dev/lock or an injection marker (annotation or label
+	// baton.dev/injected), and only the updates that change a marker.
+	MatchConditionName = "baton-pod-or-marker-change"
+	// MatchConditionExpression is the CEL expression of that condition. A marker's value is
+	// compared prefixed with "=" when present, so that a missing key ('') differs from an empty
+	// value. It uses has() and 'in' only, no optional types, so that older clusters accept it;
+	// TestMatchConditionFollowsInject keeps its key names those of package inject.
+	MatchConditionExpression = "request.operation == 'CREATE' ? ((has(object.metadata.annotations) && ('baton.dev/lock' in object.metadata.annotations || 'baton.dev/injected' in object.metadata.annotations)) || (has(object.metadata.labels) && 'baton.dev/injected' in object.metadata.labels)) : ((has(object.metadata.annotations) && 'baton.dev/injected' in object.metadata.annotations ? '=' + object.metadata.annotations['baton.dev/injected'] : '') != (has(oldObject.metadata.annotations) && 'baton.dev/injected' in oldObject.metadata.annotations ? '=' + oldObject.metadata.annotations['baton.dev/injected'] : '') || (has(object.metadata.labels) && 'baton.dev/injected' in object.metadata.labels ? '=' + object.metadata.labels['baton.dev/injected'] : '') != (has(oldObject.metadata.labels) && 'baton.dev/injected' in oldObject.metadata.labels ? '=' + oldObject.metadata.labels['baton.dev/injected'] : ''))"
 	// TimeoutSeconds bounds every call of the API server to the webhook.
 	TimeoutSeconds = 5
 )
 
-// MutatingWebhookConfiguration returns the configuration, called name, that sends the creation
-// of every pod carrying the baton.dev/lock annotation to the Service serviceNamespace/serviceName
-// (port 443) at path, trusting caBundle. Only annotated pods reach the webhook (matchConditions),
-// so it fails closed (failurePolicy Fail) without risking other pods. It does not exclude any
-// namespace: an annotated pod in the operator's own namespace waits for the operator.
+// MutatingWebhookConfiguration returns the configuration, called name, that sends to the Service
+// serviceNamespace/serviceName (port 443) at path, trusting caBundle: the creation of every pod
+// carrying the baton.dev/lock annotation or one of baton's injection markers, and every update of
+// a pod that changes a marker (which the webhook denies). Only those reach the webhook
+// (matchConditions), so it fails closed (failurePolicy Fail) without risking other pods or other
+// updates. It does not exclude any namespace: an annotated pod in the operator's own namespace
+// waits for the operator.
 func MutatingWebhookConfiguration(name, serviceNamespace, serviceName, path string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
 	return configuration(name, admissionregistrationv1.WebhookClientConfig{
 		Service:  &admissionregistrationv1.ServiceReference{Namespace: serviceNamespace, Name: serviceName, Path: ptr.To(path)},
@@ -50,12 +55,14 @@ func configuration(name string, cc admissionregistrationv1.WebhookClientConfig) 
 			Name:         WebhookName,
 			ClientConfig: cc,
 			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 				Rule: admissionregistrationv1.Rule{
 					APIGroups:   []string{""},
 					APIVersions: []string{"v1"},
-					Resources:   []string{"pods"},
-					Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+					// The subresources that take a whole pod take its labels and annotations
+					// too (measured in TestForgedInjectionIsDenied).
+					Resources: []string{"pods", "pods/status", "pods/ephemeralcontainers", "pods/resize"},
+					Scope:     ptr.To(admissionregistrationv1.NamespacedScope),
 				},
 			}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{

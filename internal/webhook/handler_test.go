@@ -100,7 +100,13 @@ func TestHandle(t *testing.T) {
 			allowed: true, patched: true}, // PatchResponseFromRaw sets no result
 		{name: "no annotation", r: &reader{}, pod: plainPod("w"), allowed: true, code: http.StatusOK,
 			msg: "no " + inject.AnnotationLock},
-		{name: "update ignored", r: &reader{}, op: admissionv1.Update, pod: annotatedPod("w", "orders"), allowed: true,
+		{name: "marked", r: &reader{lock: lockIn("shop", "orders", "orders")}, pod: marked(annotatedPod("w", "orders")),
+			code: http.StatusForbidden, msg: "only baton's webhook sets"},
+		{name: "marked without lock annotation", r: &reader{}, pod: marked(plainPod("w")),
+			code: http.StatusForbidden, msg: "only baton's webhook sets"},
+		{name: "own sidecar container", r: &reader{lock: lockIn("shop", "orders", "orders")}, pod: withSidecar(annotatedPod("w", "orders")),
+			code: http.StatusForbidden, msg: "conflicts with the baton sidecar"},
+		{name: "delete ignored", r: &reader{}, op: admissionv1.Delete, pod: annotatedPod("w", "orders"), allowed: true,
 			code: http.StatusOK},
 		{name: "missing lock", r: &reader{}, pod: annotatedPod("w", "ghost"), code: http.StatusForbidden,
 			msg: inject.MissingLockError("shop", "ghost").Error()},
@@ -127,6 +133,63 @@ func TestHandle(t *testing.T) {
 			}
 			if got := len(resp.Patches) > 0; got != tc.patched {
 				t.Errorf("patches = %v, want patched=%v", resp.Patches, tc.patched)
+			}
+		})
+	}
+}
+
+// marked is pod with the label baton.dev/injected its author set.
+func marked(pod *corev1.Pod) *corev1.Pod {
+	pod.Labels = map[string]string{inject.LabelInjected: "true"}
+	return pod
+}
+
+// withSidecar is pod with a container of the sidecar's name its author wrote.
+func withSidecar(pod *corev1.Pod) *corev1.Pod {
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: inject.ContainerName, Image: "baton"})
+	return pod
+}
+
+// TestHandleUpdate: an update is denied when it adds, changes or removes an injection marker, and
+// allowed otherwise; the lock is never read.
+func TestHandleUpdate(t *testing.T) {
+	injected := func(mutate func(p *corev1.Pod)) *corev1.Pod {
+		p := annotatedPod("w", "orders")
+		p.Annotations[inject.AnnotationInjected] = "img"
+		p.Labels = map[string]string{inject.LabelInjected: "true", "app": "w"}
+		if mutate != nil {
+			mutate(p)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.Pod
+		allowed  bool
+	}{
+		{"other label", injected(nil), injected(func(p *corev1.Pod) { p.Labels["baton.dev/role"] = "holder" }), true},
+		{"label added", plainPod("w"), marked(plainPod("w")), false},
+		{"annotation added", annotatedPod("w", "orders"), injected(func(p *corev1.Pod) { p.Labels = nil }), false},
+		{"label changed", injected(nil), injected(func(p *corev1.Pod) { p.Labels[inject.LabelInjected] = "false" }), false},
+		{"annotation changed", injected(nil), injected(func(p *corev1.Pod) { p.Annotations[inject.AnnotationInjected] = "other" }), false},
+		{"label emptied", injected(nil), injected(func(p *corev1.Pod) { p.Labels[inject.LabelInjected] = "" }), false},
+		{"label removed", injected(nil), injected(func(p *corev1.Pod) { delete(p.Labels, inject.LabelInjected) }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &reader{}
+			req := request(t, admissionv1.Update, "shop", tc.new)
+			oldRaw, err := json.Marshal(tc.old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.OldObject = runtime.RawExtension{Raw: oldRaw}
+			resp := newInjector(t, r).Handle(context.Background(), req)
+			if resp.Allowed != tc.allowed || len(resp.Patches) != 0 || len(r.gets) != 0 {
+				t.Errorf("allowed = %v (result %+v), patches %v, lock reads %v; want allowed = %v, no patch, no read",
+					resp.Allowed, resp.Result, resp.Patches, r.gets, tc.allowed)
+			}
+			if !tc.allowed && (resp.Result == nil || resp.Result.Code != http.StatusForbidden || !strings.Contains(resp.Result.Message, "cannot be added, changed or removed")) {
+				t.Errorf("result = %+v, want a denial naming the markers", resp.Result)
 			}
 		})
 	}
@@ -170,13 +233,20 @@ func TestMutatingWebhookConfiguration(t *testing.T) {
 			len(w.AdmissionReviewVersions) != 1 || w.AdmissionReviewVersions[0] != "v1" {
 			t.Errorf("webhook settings = %+v", w)
 		}
-		if len(w.Rules) != 1 || len(w.Rules[0].Operations) != 1 || w.Rules[0].Operations[0] != admissionregistrationv1.Create ||
-			w.Rules[0].Resources[0] != "pods" || w.Rules[0].APIGroups[0] != "" {
+		if len(w.Rules) != 1 || len(w.Rules[0].Operations) != 2 || w.Rules[0].Operations[0] != admissionregistrationv1.Create ||
+			w.Rules[0].Operations[1] != admissionregistrationv1.Update ||
+			strings.Join(w.Rules[0].Resources, ",") != "pods,pods/status,pods/ephemeralcontainers,pods/resize" || w.Rules[0].APIGroups[0] != "" {
 			t.Errorf("rules = %+v", w.Rules)
 		}
-		if len(w.MatchConditions) != 1 ||
-			w.MatchConditions[0].Expression != "has(object.metadata.annotations) && 'baton.dev/lock' in object.metadata.annotations" {
+		// What the condition selects is tested against the API server (webhook_test.go); here,
+		// that it names package inject's keys.
+		if len(w.MatchConditions) != 1 || w.MatchConditions[0].Name != webhook.MatchConditionName {
 			t.Errorf("matchConditions = %+v", w.MatchConditions)
+		}
+		for _, key := range []string{inject.AnnotationLock, inject.AnnotationInjected, inject.LabelInjected} {
+			if !strings.Contains(w.MatchConditions[0].Expression, "'"+key+"' in object.metadata.") {
+				t.Errorf("match condition does not look for %s: %s", key, w.MatchConditions[0].Expression)
+			}
 		}
 		if string(w.ClientConfig.CABundle) != "ca" {
 			t.Errorf("caBundle = %q", w.ClientConfig.CABundle)

@@ -24,10 +24,12 @@ import (
 // PodInjector is the admission.Handler of the sidecar-injecting webhook. Build it with
 // NewPodInjector; it is safe for concurrent use.
 //
-// It allows every pod inject.Required declines, unchanged; it denies a pod whose DistributedLock
-// does not exist (inject.MissingLockError) or cannot be injected from; it answers 500 when the
-// lock cannot be read, so that the API server's failurePolicy decides (Fail: the pod is
-// rejected and its controller retries).
+// At creation it denies a pod that already carries baton's injection markers (inject.Marked);
+// it allows every other pod inject.Required declines, unchanged; it denies a pod whose
+// DistributedLock does not exist (inject.MissingLockError) or cannot be injected from; it answers
+// 500 when the lock cannot be read, so that the API server's failurePolicy decides (Fail: the pod
+// is rejected and its controller retries). At an update it denies any change of the markers
+// (the configuration sends it only those updates) and allows everything else.
 type PodInjector struct {
 	client  client.Reader
 	live    client.Reader // confirms a not-found from client; nil: client is trusted
@@ -79,13 +81,21 @@ func NewPodInjector(c client.Reader, cfg inject.Config, opts ...Option) (*PodInj
 // Handle answers one AdmissionReview for a pod.
 func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admission.Response {
 	log := p.log.WithValues("namespace", req.Namespace, "name", req.Name, "uid", req.UID)
-	if req.Operation != "" && req.Operation != admissionv1.Create {
+	switch {
+	case req.Operation == admissionv1.Update:
+		// The pod itself or a subresource that takes the whole pod (status, ...).
+		return p.handleUpdate(log, req)
+	case req.SubResource != "" || (req.Operation != "" && req.Operation != admissionv1.Create):
 		return admission.Allowed("baton injects pods only when they are created")
 	}
 	pod := &corev1.Pod{}
 	if err := p.decoder.Decode(req, pod); err != nil {
 		log.Error(err, "decoding pod")
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("baton: decode pod: %w", err))
+	}
+	if reason := inject.Marked(pod); reason != "" {
+		log.Info("denied", "reason", reason)
+		return admission.Denied("baton: " + reason)
 	}
 	if ok, reason := inject.Required(pod); !ok {
 		log.V(1).Info("not injecting", "reason", reason)
@@ -135,4 +145,37 @@ func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	}
 	log.V(1).Info("injected", "lock", ns+"/"+name)
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+// handleUpdate denies an update that adds, changes or removes baton's injection markers: they are
+// set by the webhook when it injects a pod and trusted by the operator afterwards (inject.Injected).
+func (p *PodInjector) handleUpdate(log logr.Logger, req admission.Request) admission.Response {
+	pod, old := &corev1.Pod{}, &corev1.Pod{}
+	if err := p.decoder.Decode(req, pod); err != nil {
+		log.Error(err, "decoding pod")
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("baton: decode pod: %w", err))
+	}
+	if err := p.decoder.DecodeRaw(req.OldObject, old); err != nil {
+		log.Error(err, "decoding old pod")
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("baton: decode old pod: %w", err))
+	}
+	if markers(pod) != markers(old) {
+		msg := fmt.Sprintf("baton: the annotation and label %s are set by baton's webhook when it injects a pod and cannot be added, changed or removed afterwards", inject.AnnotationInjected)
+		log.Info("denied", "reason", msg)
+		return admission.Denied(msg)
+	}
+	return admission.Allowed("baton's injection markers unchanged")
+}
+
+// marked is a pod's injection markers: whether each is present, and its value.
+type marked struct {
+	annotation, label       string
+	hasAnnotation, hasLabel bool
+}
+
+func markers(pod *corev1.Pod) marked {
+	var m marked
+	m.annotation, m.hasAnnotation = pod.Annotations[inject.AnnotationInjected]
+	m.label, m.hasLabel = pod.Labels[inject.LabelInjected]
+	return m
 }

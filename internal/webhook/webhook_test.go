@@ -16,9 +16,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -391,5 +393,105 @@ func TestServiceConfigurationIsAccepted(t *testing.T) {
 	mwc := webhook.MutatingWebhookConfiguration("baton-injector", "baton-system", "baton-webhook", webhook.Path, []byte("not-a-real-ca"))
 	if err := c.Create(ctxT(t), mwc, client.DryRunAll); err != nil {
 		t.Fatalf("dry-run create: %v", err)
+	}
+}
+
+// TestForgedInjectionIsDenied: baton's injection markers (the annotation and label
+// baton.dev/injected, and the sidecar container) come only from the webhook's own mutation. A pod
+// whose author sets them is denied when it is created, and they cannot be added to a pod later:
+// otherwise the pod skips every check of the webhook (the Global allow-list among them) and the
+// operator grants its service account the sidecar's permissions.
+func TestForgedInjectionIsDenied(t *testing.T) {
+	c, cs, _, ns := setup(t)
+	ctx := ctxT(t)
+	createLock(t, c, ns, "orders", "orders")
+	global := &batonv1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "everywhere"},
+		Spec:       batonv1.DistributedLockSpec{LockIDs: []string{"orders"}, Scope: batonv1.ScopeGlobal},
+	}
+	if err := c.Create(ctx, global); err != nil {
+		t.Fatal(err)
+	}
+
+	forged := map[string]*corev1.Pod{}
+	p := annotatedPod("injected-annotation", "everywhere") // Global is not allowed in this namespace
+	p.Annotations[inject.AnnotationInjected] = testConfig().Image
+	forged[p.Name] = p
+	p = plainPod("injected-label") // no baton.dev/lock: it never reached the webhook
+	p.Labels = map[string]string{inject.LabelInjected: "true"}
+	forged[p.Name] = p
+	p = plainPod("injected-annotation-only")
+	p.Annotations = map[string]string{inject.AnnotationInjected: "x"}
+	forged[p.Name] = p
+	p = annotatedPod("own-sidecar", "orders")
+	p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName, Image: testConfig().Image,
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Env:           []corev1.EnvVar{{Name: "BATON_SCOPE", Value: "Global"}}}}
+	forged[p.Name] = p
+	for name, p := range forged {
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err == nil {
+			got, _ := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			t.Errorf("%s: admitted with labels %v, annotations %v", name, got.Labels, got.Annotations)
+			continue
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "baton") {
+			t.Errorf("%s: err = %v, want a denial by baton's webhook", name, err)
+		}
+	}
+
+	// A pod admitted without the markers cannot be given them afterwards.
+	plain, err := cs.CoreV1().Pods(ns).Create(ctx, plainPod("plain"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, patch := range []string{
+		`{"metadata":{"labels":{"baton.dev/injected":"true"}}}`,
+		`{"metadata":{"annotations":{"baton.dev/injected":"x"}}}`,
+	} {
+		_, err := cs.CoreV1().Pods(ns).Patch(ctx, plain.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if err == nil {
+			t.Errorf("patch %s of a pod that was not injected: admitted", patch)
+		} else if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "baton") {
+			t.Errorf("patch %s: err = %v, want a denial by baton's webhook", patch, err)
+		}
+	}
+
+	// Nor through a subresource: pods/status takes metadata changes too, the others should not.
+	markPatch := []byte(`{"metadata":{"labels":{"baton.dev/injected":"true"},"annotations":{"baton.dev/injected":"x"}}}`)
+	for _, sub := range []string{"status", "ephemeralcontainers", "resize"} {
+		_, patchErr := cs.CoreV1().Pods(ns).Patch(ctx, plain.Name, types.StrategicMergePatchType, markPatch, metav1.PatchOptions{}, sub)
+		if got, err := cs.CoreV1().Pods(ns).Get(ctx, plain.Name, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		} else if got.Labels[inject.LabelInjected] != "" || got.Annotations[inject.AnnotationInjected] != "" {
+			t.Errorf("markers set through pods/%s (patch: %v): labels %v annotations %v", sub, patchErr, got.Labels, got.Annotations)
+		}
+	}
+
+	// A really injected pod keeps its markers and accepts other changes (the sidecar's role
+	// label among them) without a call to the webhook.
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, annotatedPod("real", "orders"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create an annotated pod: %v", err)
+	}
+	got, err := cs.CoreV1().Pods(ns).Get(ctx, "real", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[inject.LabelInjected] != "true" || got.Annotations[inject.AnnotationInjected] == "" || !hasSidecar(got) {
+		t.Fatalf("the webhook did not inject: labels %v annotations %v", got.Labels, got.Annotations)
+	}
+	for _, patch := range []string{
+		`{"metadata":{"labels":{"baton.dev/role":"holder"}}}`,
+		`{"metadata":{"labels":{"baton.dev/injected":"false"}}}`,
+		`{"metadata":{"annotations":{"baton.dev/injected":"other-image"}}}`,
+	} {
+		_, err := cs.CoreV1().Pods(ns).Patch(ctx, "real", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		wantDenied := strings.Contains(patch, "injected")
+		if wantDenied && (err == nil || !apierrors.IsForbidden(err)) {
+			t.Errorf("patch %s of an injected pod: err = %v, want a denial", patch, err)
+		}
+		if !wantDenied && err != nil {
+			t.Errorf("patch %s of an injected pod: %v", patch, err)
+		}
 	}
 }

@@ -63,7 +63,7 @@ var (
 
 // batonCluster returns the node with Cassandra running and baton's chart installed by helm (once
 // per test binary): the operator from the imported image as one replica, its default lock store
-// the e2e Cassandra.
+// the e2e Cassandra, every sidecar serving its metrics on its pod's IP (sidecarMetricsPort).
 func batonCluster(t *testing.T) cluster {
 	t.Helper()
 	n := node.Get(t)
@@ -73,7 +73,7 @@ func batonCluster(t *testing.T) cluster {
 	installOnce.Do(func() {
 		start := time.Now()
 		out, err := batonnode.Install(context.Background(), batonnode.Chart{Helm: helm, Dir: "../../charts/baton", Node: n,
-			Hosts: hosts, GlobalNamespaces: append(slices.Clone(cronNamespaces), clustersNamespace)})
+			Hosts: hosts, GlobalNamespaces: append(slices.Clone(cronNamespaces), clustersNamespace), MetricsPort: sidecarMetricsPort})
 		if err != nil {
 			installErr = fmt.Errorf("%w\n%s\noperator log: %s", err, out, operatorLogs(n, c.kubectl))
 			return

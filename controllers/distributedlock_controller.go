@@ -81,6 +81,13 @@ type StoreSource interface {
 	Store(ctx context.Context, dl *batonv1.DistributedLock) (lock.Store, error)
 }
 
+// ErrorRedactor is a StoreSource that can remove the secrets of dl's connection (user name,
+// password) from an error of its store: Cassandra quotes the user in some errors (a permission
+// refused to a role), and the reconciler writes store errors into status, Events and its log.
+type ErrorRedactor interface {
+	Redact(ctx context.Context, dl *batonv1.DistributedLock, err error) error
+}
+
 // DistributedLockReconciler keeps DistributedLock status in line with the lock store: holders,
 // tokens, queue lengths and the Ready, StoreReachable and RolloutSafe conditions. It emits
 // HolderChanged Events and carries out the baton.dev/revoke annotation (see revoke). At its first
@@ -201,7 +208,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		snapshots, err = r.inspect(storeCtx, dl, store)
 	}
 	if err != nil {
-		return r.storeFailed(ctx, orig, dl, err)
+		return r.storeFailed(ctx, orig, dl, r.redact(ctx, dl, err))
 	}
 	if st.CassandraClusterName == "" {
 		// The first successful read: from now on this lock lives on this cluster.
@@ -246,11 +253,20 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	case err != nil:
 		return ctrl.Result{}, err
 	case revocation.failed != nil:
-		return ctrl.Result{}, revocation.failed
+		return ctrl.Result{}, r.redact(ctx, dl, revocation.failed)
 	case edited:
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// redact returns err without the secrets of dl's connection, if the StoreSource can tell them
+// (ErrorRedactor); err as it is otherwise.
+func (r *DistributedLockReconciler) redact(ctx context.Context, dl *batonv1.DistributedLock, err error) error {
+	if rd, ok := r.Stores.(ErrorRedactor); ok && err != nil {
+		return rd.Redact(ctx, dl, err)
+	}
+	return err
 }
 
 // storeFailed writes into dl's status why its lock store could not be read (err) and says when

@@ -79,6 +79,41 @@ func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lo
 	return store, nil
 }
 
+// Refuses returns why the operator's policy refuses dl's lock store connection (an error wrapping
+// ErrConnectionNotAllowed), or nil when it allows it or cannot tell (a Secret could not be read,
+// a setting is malformed: the sidecar reports those itself). The webhook asks it before it
+// injects a sidecar that would make that connection.
+func (s *PoolSource) Refuses(ctx context.Context, dl *batonv1.DistributedLock) error {
+	if _, err := s.Connection(ctx, dl); errors.Is(err, ErrConnectionNotAllowed) {
+		return err
+	}
+	return nil
+}
+
+// Redact implements ErrorRedactor: err without the user name and password of dl's connection.
+// When the connection cannot be resolved again (a Secret changed or could not be read), it cannot
+// tell what to remove and withholds err's text altogether (errors.Is and As still see err).
+func (s *PoolSource) Redact(ctx context.Context, dl *batonv1.DistributedLock, err error) error {
+	if err == nil {
+		return nil
+	}
+	conn, cerr := s.Connection(ctx, dl)
+	if cerr != nil {
+		return &withheldError{err: err, why: cerr}
+	}
+	return conn.Redact(err)
+}
+
+// withheldError is an error whose text is not shown, because it may quote credentials that could
+// not be told.
+type withheldError struct{ err, why error }
+
+func (e *withheldError) Error() string {
+	return fmt.Sprintf("the lock store failed; its error is withheld, since the connection's credentials could not be read to redact it (%v)", e.why)
+}
+
+func (e *withheldError) Unwrap() error { return e.err }
+
 // Connection resolves dl's lock store connection, reading the Secrets it names, and checks it
 // against the operator's policy (errors wrapping ErrConnectionNotAllowed).
 func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock) (cassandrastore.Connection, error) {

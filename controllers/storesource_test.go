@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -19,7 +20,9 @@ import (
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/storepool"
 	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
+	"github.com/baton-dev/baton/lock/memstore"
 )
 
 // operatorLogin is the operator's own Cassandra login in these tests.
@@ -31,6 +34,7 @@ type deputy struct {
 	c      client.Client
 	ns     string
 	src    *controllers.PoolSource
+	stores controllers.StoreSource // what the reconciler reads through: src unless a test sets it
 	events *events
 	log    *testenv.SyncBuffer
 }
@@ -71,7 +75,11 @@ func (d *deputy) reconcile(t *testing.T, name string, conn *batonv1.CassandraCon
 	if err := d.c.Create(ctx, dl); err != nil {
 		t.Fatal(err)
 	}
-	r := &controllers.DistributedLockReconciler{Client: d.c, Stores: d.src, Recorder: d.events, Config: d.src.Config, Interval: time.Hour}
+	var stores controllers.StoreSource = d.src
+	if d.stores != nil {
+		stores = d.stores
+	}
+	r := &controllers.DistributedLockReconciler{Client: d.c, Stores: stores, Recorder: d.events, Config: d.src.Config, Interval: time.Hour}
 	logger := funcr.New(func(prefix, args string) { fmt.Fprintln(d.log, prefix, args) }, funcr.Options{Verbosity: 1})
 	if _, err := r.Reconcile(logf.IntoContext(ctx, logger), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dl)}); err != nil {
 		t.Fatal(err)
@@ -171,5 +179,48 @@ func TestNoSecretInStatusEventsOrLogs(t *testing.T) {
 	}
 	if !strings.Contains(conditions(dl), "StoreReachable=False") {
 		t.Errorf("conditions do not report the refused login:\n%s", conditions(dl))
+	}
+}
+
+// readsFail is a StoreSource whose stores fail every read with err, as a Cassandra does that
+// refuses the lock's role a permission after the session was opened. It is the PoolSource for
+// everything else (Redact included).
+type readsFail struct {
+	*controllers.PoolSource
+	err error
+}
+
+func (f readsFail) Store(ctx context.Context, dl *batonv1.DistributedLock) (lock.Store, error) {
+	return failingStore{Store: memstore.New().Client(1, memstore.Faults{}), err: f.err}, nil
+}
+
+// failingStore is an in-memory store (a test fake) whose reads fail with err.
+type failingStore struct {
+	lock.Store
+	err error
+}
+
+func (f failingStore) Load(context.Context, string, bool) (lock.Record, bool, error) {
+	return lock.Record{}, false, f.err
+}
+
+// TestStoreErrorsAreRedacted: an error of an open session that quotes the lock's Cassandra role
+// (a permission refused after the connection was made) reaches status, Events and the log
+// without the role's name.
+func TestStoreErrorsAreRedacted(t *testing.T) {
+	db := newFakeCQL(t)
+	d := newDeputy(t, db.addr())
+	d.secret(t, "creds", map[string]string{"username": "tenant-bob", "password": "bob-s3cret"},
+		map[string]string{"baton.dev/cassandra-secret": "true"})
+	refused := errors.New("User tenant-bob has no SELECT permission on <table baton.lock_owner> or any of its parents")
+	d.stores = readsFail{PoolSource: d.src, err: refused}
+	dl := d.reconcile(t, "refused-read", &batonv1.CassandraConnection{CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "creds"}})
+	for what, text := range map[string]string{"status": conditions(dl), "events": d.events.String(), "log": d.log.String()} {
+		if strings.Contains(text, "tenant-bob") {
+			t.Errorf("the %s shows the role tenant-bob:\n%s", what, text)
+		}
+	}
+	if !strings.Contains(conditions(dl), "has no SELECT permission") {
+		t.Errorf("conditions do not report the refused read:\n%s", conditions(dl))
 	}
 }

@@ -397,3 +397,42 @@ func podCondition(t *testing.T, env *devcluster.Cluster, ns, name string, typ co
 	}
 	return ""
 }
+
+// TestWebhookDeniesConnectionsTheOperatorRefuses: a pod whose DistributedLock names a contact point
+// off the operator's allow-list, or a Secret not labelled for baton, is not injected. Its sidecar
+// would otherwise make the connection the operator refuses, with that Secret mounted: a lock
+// author could send any Secret of the namespace to a host of their choosing.
+func TestWebhookDeniesConnectionsTheOperatorRefuses(t *testing.T) {
+	env := up(t)
+	ns := newNamespace(t, env, "deputy")
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-admin"},
+		StringData: map[string]string{"user": "admin", "pass": "s3cret"}}
+	create(t, env, secret)
+	create(t, env, newLock(ns, "elsewhere", func(d *batonv1.DistributedLock) {
+		d.Spec.Cassandra = &batonv1.CassandraConnection{ContactPoints: []string{"198.18.0.9:9042"}}
+	}))
+	create(t, env, newLock(ns, "unlabelled", func(d *batonv1.DistributedLock) {
+		d.Spec.Cassandra = &batonv1.CassandraConnection{Keyspace: keyspace,
+			CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: secret.Name, UsernameKey: "user", PasswordKey: "pass"}}
+	}))
+	for lock, want := range map[string]string{
+		"elsewhere":  "198.18.0.9:9042",
+		"unlabelled": "lacks the label " + batonv1.LabelCassandraSecret + "=true",
+	} {
+		err := env.Client.Create(context.Background(), appPod(ns, "worker-"+lock, lock))
+		if err == nil || !strings.Contains(err.Error(), "the operator refuses its Cassandra connection") || !strings.Contains(err.Error(), want) {
+			t.Errorf("pod of lock %s: error %v; want a denial that says the operator refuses the connection (%q)", lock, err, want)
+		}
+	}
+
+	// Once whoever manages the Secret labels it for baton, the pod is injected.
+	secret.Labels = map[string]string{batonv1.LabelCassandraSecret: "true"}
+	if err := env.Client.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	pod := appPod(ns, "worker-labelled", "unlabelled")
+	create(t, env, pod)
+	if pod.Labels[inject.LabelInjected] != "true" {
+		t.Errorf("pod of a lock with a labelled Secret: labels %v lack %s=true", pod.Labels, inject.LabelInjected)
+	}
+}

@@ -155,7 +155,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 	}
 
 	injector, err := batonwebhook.NewPodInjector(mgr.GetClient(), o.Inject, batonwebhook.WithLogger(log.WithName("webhook")),
-		batonwebhook.WithLiveReader(mgr.GetAPIReader()))
+		batonwebhook.WithLiveReader(mgr.GetAPIReader()), batonwebhook.WithConnectionPolicy(stores.Refuses))
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

@@ -26,7 +26,8 @@ import (
 //
 // At creation it denies a pod that already carries baton's injection markers (inject.Marked);
 // it allows every other pod inject.Required declines, unchanged; it denies a pod whose
-// DistributedLock does not exist (inject.MissingLockError) or cannot be injected from; it answers
+// DistributedLock does not exist (inject.MissingLockError) or cannot be injected from, or whose
+// Cassandra connection the operator refuses (WithConnectionPolicy); it answers
 // 500 when the lock cannot be read, so that the API server's failurePolicy decides (Fail: the pod
 // is rejected and its controller retries). At an update it denies any change of the markers
 // (the configuration sends it only those updates) and allows everything else.
@@ -36,6 +37,9 @@ type PodInjector struct {
 	config  inject.Config
 	decoder admission.Decoder
 	log     logr.Logger
+	// refuses says why the operator refuses the lock's Cassandra connection (nil: it does not,
+	// or no check was configured).
+	refuses func(context.Context, *batonv1.DistributedLock) error
 }
 
 var _ admission.Handler = (*PodInjector)(nil)
@@ -50,6 +54,17 @@ func WithLogger(l logr.Logger) Option { return func(p *PodInjector) { p.log = l 
 // DistributedLock the cached client does not have yet before the pod is denied: a lock created
 // moments before its pods may not have reached the cache.
 func WithLiveReader(r client.Reader) Option { return func(p *PodInjector) { p.live = r } }
+
+// WithConnectionPolicy has the injector deny a pod whose DistributedLock's Cassandra connection
+// the operator refuses: refuses returns why (nil when it allows it). The sidecar would otherwise
+// connect where the operator will not, with the Secrets the lock names mounted into the pod: a
+// DistributedLock author could send a Secret of the namespace to a host of their choosing. The
+// check is the operator's own (contact-point allow-list, Secrets labelled for baton, credentials
+// required); an error it cannot decide on (reading a Secret failed) must be returned as nil, so
+// that the pod is injected as before and its sidecar reports the problem itself.
+func WithConnectionPolicy(refuses func(context.Context, *batonv1.DistributedLock) error) Option {
+	return func(p *PodInjector) { p.refuses = refuses }
+}
 
 // WithDecoder sets the decoder of admitted objects (default: one for client-go's scheme).
 func WithDecoder(d admission.Decoder) Option { return func(p *PodInjector) { p.decoder = d } }
@@ -130,6 +145,13 @@ func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 			fmt.Errorf("baton: read DistributedLock %s/%s: %w", ns, name, err))
 	}
 
+	if p.refuses != nil {
+		if err := p.refuses(ctx, dl); err != nil {
+			msg := fmt.Sprintf("baton: DistributedLock %s/%s: the operator refuses its Cassandra connection, so its sidecar may not make it: %v", ns, name, err)
+			log.Info("denied", "reason", msg)
+			return admission.Denied(msg)
+		}
+	}
 	out, err := inject.Inject(pod, dl, p.config)
 	if err != nil {
 		if errors.Is(err, inject.ErrInvalidConfig) {

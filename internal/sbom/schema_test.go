@@ -57,14 +57,21 @@ func TestWriteIsValidCycloneDX(t *testing.T) {
 			Binaries: []Binary{{Path: "/usr/local/bin/sbom.test", File: exe}}},
 		{Ref: "baton.local/empty"}, // no tag, no digest, no binaries
 	} {
-		bom, err := New(img)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if err := Write(&buf, bom); err != nil {
-			t.Fatal(err)
-		}
-		validateSchema(t, buf.Bytes())
+		validSBOM(t, img)
 	}
+}
+
+// validSBOM returns the SBOM of img as Write writes it, after checking it against the schema.
+func validSBOM(t *testing.T, img Image) []byte {
+	t.Helper()
+	bom, err := New(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Write(&buf, bom); err != nil {
+		t.Fatal(err)
+	}
+	validateSchema(t, buf.Bytes())
+	return buf.Bytes()
 }

@@ -195,14 +195,7 @@ func TestHandoffWaitsForOldPodsToStepAside(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	markOf := func(pod *corev1.Pod) string {
-		t.Helper()
-		var p corev1.Pod
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
-			t.Fatal(err)
-		}
-		return p.Annotations[batonv1.AnnotationSuperseded]
-	}
+	markOf := func(pod *corev1.Pod) string { return supersededMark(ctx, t, c, pod) }
 
 	// The old waiter's sidecar, and the old holder's, stop hearing from the API server; the
 	// operator marks the old waiter.

@@ -69,6 +69,16 @@ func createRollout(ctx context.Context, t *testing.T, c client.Client, ns string
 	return dl, oldA, oldB, newer
 }
 
+// supersededMark reads pod from the API server and returns its baton.dev/superseded mark.
+func supersededMark(ctx context.Context, t *testing.T, c client.Client, pod *corev1.Pod) string {
+	t.Helper()
+	var p corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Annotations[batonv1.AnnotationSuperseded]
+}
+
 // steppedAside returns p as its sidecar leaves it once it stepped aside for mark: annotated, with
 // the condition baton.dev/stepped-aside True and the mark as its message.
 func steppedAside(p corev1.Pod, mark string) corev1.Pod {
@@ -247,14 +257,7 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	// the API server itself before it marks an old holder.
 	stale := &staleCache{Client: c}
 	r := &controllers.DistributedLockReconciler{Client: stale, APIReader: c, Recorder: rec, Interval: time.Hour, Stores: source{store}}
-	markOf := func(pod *corev1.Pod) string {
-		t.Helper()
-		var p corev1.Pod
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
-			t.Fatal(err)
-		}
-		return p.Annotations[batonv1.AnnotationSuperseded]
-	}
+	markOf := func(pod *corev1.Pod) string { return supersededMark(ctx, t, c, pod) }
 	mark := func() string { return markOf(&old) }
 	reconcileUntil := func(what string, done func() bool) {
 		t.Helper()

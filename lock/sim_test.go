@@ -229,9 +229,14 @@ func (r *recorder) attempting(client int, owner string, block bool, wallOffset t
 func (r *recorder) allAttempts() []attempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]attempt, len(r.attempts))
-	for i, a := range r.attempts {
-		out[i] = *a
+	return copies(r.attempts)
+}
+
+// copies returns the values ps point to, so that a checker reads them without the recorder's lock.
+func copies[T any](ps []*T) []T {
+	out := make([]T, len(ps))
+	for i, p := range ps {
+		out[i] = *p
 	}
 	return out
 }
@@ -307,11 +312,7 @@ func (r *recorder) acquired(client int, lease *lock.Lease) func(how string) {
 func (r *recorder) all() []claim {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]claim, len(r.claims))
-	for i, c := range r.claims {
-		out[i] = *c
-	}
-	return out
+	return copies(r.claims)
 }
 
 // fencedRegister is the protected resource: it accepts a write only with a token at least as large

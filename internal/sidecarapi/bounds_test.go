@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/baton-dev/baton/internal/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
@@ -24,6 +26,13 @@ import (
 // directory, and returns the socket's path and the server's log lines. The server is closed when
 // the test ends, and Serve must have returned by then.
 func serveBounded(t *testing.T, f *fakeService, opts ...ServerOption) (string, <-chan string) {
+	t.Helper()
+	path, logs, _ := serveBoundedServer(t, f, opts...)
+	return path, logs
+}
+
+// serveBoundedServer is serveBounded that also returns the server.
+func serveBoundedServer(t *testing.T, f *fakeService, opts ...ServerOption) (string, <-chan string, *Server) {
 	t.Helper()
 	h, err := NewHandler(f)
 	if err != nil {
@@ -58,7 +67,14 @@ func serveBounded(t *testing.T, f *fakeService, opts ...ServerOption) (string, <
 			t.Error("Serve did not return within 5s of Close")
 		}
 	})
-	return path, logs
+	return path, logs, srv
+}
+
+// idleConns is how many connections srv counts as idle.
+func idleConns(srv *Server) int {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	return len(srv.idle)
 }
 
 // dialSend connects to the socket at path and writes request.
@@ -240,23 +256,20 @@ func TestServerLongPollsOutliveTimeouts(t *testing.T) {
 	})
 }
 
-// TestServerLimitsConnections: with a limit of 4, four open connections leave a fifth unanswered
-// (it waits, unaccepted) and the server logs that the limit is reached; when one of the four
-// closes, the fifth is served.
+// TestServerLimitsConnections: with a limit of 4, four connections with a request in progress
+// (its headers still arriving) leave a fifth unanswered (it waits, unaccepted) and the server logs
+// that the limit is reached; when one of the four closes, the fifth is served.
 func TestServerLimitsConnections(t *testing.T) {
 	const limit = 4
 	f := &fakeService{t: t}
 	withDeclared(f)
-	path, logs := serveBounded(t, f, WithMaxConns(limit), WithIdleTimeout(time.Minute))
+	path, logs := serveBounded(t, f, WithMaxConns(limit), WithReadTimeout(time.Minute), WithIdleTimeout(time.Minute))
 
 	var held []net.Conn
 	for range limit {
-		c := dialSend(t, path, getLocks)
-		if resp, err := readAnswer(c, bufio.NewReader(c), 5*time.Second); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("connection within the limit: %v, %v; want 200", resp, err)
-		}
-		held = append(held, c)
+		held = append(held, dialSend(t, path, "POST /v1/locks/a/acquire HTTP/1.1\r\nHost: baton\r\nContent-Le"))
 	}
+	fifth := dialSend(t, path, getLocks)
 	select {
 	case line := <-logs:
 		if !strings.Contains(line, "connection limit reached") || !strings.Contains(line, `"limit"=4`) {
@@ -265,15 +278,68 @@ func TestServerLimitsConnections(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no log line within 5s that the connection limit is reached")
 	}
-
-	fifth := dialSend(t, path, getLocks)
 	br := bufio.NewReader(fifth)
 	if resp, err := readAnswer(fifth, br, 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("fifth connection over a limit of %d: answer %v, %v; want none while the others are open", limit, resp, err)
+		t.Fatalf("fifth connection over a limit of %d: answer %v, %v; want none while the others are busy", limit, resp, err)
 	}
 	_ = held[0].Close()
 	if resp, err := readAnswer(fifth, br, 5*time.Second); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("fifth connection once one closed: %v, %v; want 200", resp, err)
+	}
+}
+
+// TestServerClosesIdleConnectionsAtTheLimit: a client that opens a keep-alive connection per
+// request (a new sidecarclient each time) leaves them idle until its own idle timeout (90 s for
+// Go's transport). At the limit, the server closes the connection idle the longest to serve a new
+// one, instead of letting idle connections lock the API out until the idle timeout.
+func TestServerClosesIdleConnectionsAtTheLimit(t *testing.T) {
+	const limit = 4
+	f := &fakeService{t: t}
+	withDeclared(f)
+	path, logs, srv := serveBoundedServer(t, f, WithMaxConns(limit), WithIdleTimeout(time.Minute))
+
+	type conn struct {
+		c  net.Conn
+		br *bufio.Reader
+	}
+	var idle []conn
+	for range limit {
+		c := dialSend(t, path, getLocks)
+		br := bufio.NewReader(c)
+		if resp, err := readAnswer(c, br, 5*time.Second); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("connection within the limit: %v, %v; want 200", resp, err)
+		}
+		idle = append(idle, conn{c, br})
+		// The server marks a connection idle just after writing its answer: wait for it, so that
+		// the connections went idle in the order they were opened.
+		testenv.WaitFor(t, fmt.Sprintf("the server to count %d idle connections", len(idle)), 5*time.Second,
+			func() bool { return idleConns(srv) == len(idle) })
+	}
+	fifth := dialSend(t, path, getLocks)
+	if resp, err := readAnswer(fifth, bufio.NewReader(fifth), 5*time.Second); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("fifth connection while %d others are idle: %v, %v; want 200", limit, resp, err)
+	}
+	// The oldest idle connection was closed for it: its next read ends at once.
+	_ = idle[0].c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := idle[0].br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("oldest idle connection: read %v, want EOF (closed by the server)", err)
+	}
+	// The others still serve requests.
+	for i, c := range idle[1:] {
+		if _, err := io.WriteString(c.c, getLocks); err != nil {
+			t.Fatalf("idle connection %d: %v", i+1, err)
+		}
+		if resp, err := readAnswer(c.c, c.br, 5*time.Second); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("idle connection %d after the fifth was served: %v, %v; want 200", i+1, resp, err)
+		}
+	}
+	select {
+	case line := <-logs:
+		if !strings.Contains(line, "connection limit reached") {
+			t.Errorf("log line %s, want the connection limit reached", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no log line within 5s that the connection limit is reached")
 	}
 }
 

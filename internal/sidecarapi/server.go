@@ -88,22 +88,33 @@ func (o *serverOptions) validate() error {
 //     or yield with a wait, the event stream) is not cut by it once its request is read, and there
 //     is no write timeout on the whole answer: the event stream bounds each of its writes itself;
 //   - a keep-alive connection is closed after the idle timeout;
-//   - at most maxConns connections are served at once. Beyond that, new connections are not
-//     accepted: they wait in the kernel's listen queue (a client's connect succeeds and its
-//     request waits; once the queue is full, connects fail at once) and are served in turn when
-//     a connection closes. Waiting costs the sidecar nothing, where accepting a connection to
-//     refuse it would cost a descriptor and a goroutine each time, the very things the limit
-//     protects; every slot is freed within the read or idle timeout unless a legitimate long poll
-//     holds it. The limit being reached is logged, at most once a minute.
+//   - at most maxConns connections are served at once. At the limit, the server first closes the
+//     connection that has been idle (between requests) the longest, so that keep-alive
+//     connections a client no longer uses (one per short-lived client) cannot lock the API out
+//     until the idle timeout. When none is idle, one new connection per listener is accepted and
+//     waits for a connection to close or go idle; the others are not accepted: they wait in the
+//     kernel's listen queue (a client's connect succeeds and its request waits; once the queue
+//     is full, connects fail at once) and are served in turn.
+//     Waiting costs the sidecar nothing, where accepting a connection to refuse it would cost a
+//     descriptor and a goroutine each time, the very things the limit protects; every slot is
+//     freed within the read or idle timeout unless a legitimate long poll holds it. The limit
+//     being reached is logged, at most once a minute.
 //
-// It does not bound how long a client waits for a slot (its own timeout does), nor how many
-// connections one client may take: the socket is the pod's, shared by its processes.
+// Closing an idle connection races with its client sending the next request on it: that client
+// then sees the connection closed without an answer (as with any keep-alive connection a server
+// closes) and must retry on a new one; it happens only at the limit. The server does not bound
+// how long a client waits for a slot (its own timeout does), nor how many connections one client
+// may take: the socket is the pod's, shared by its processes.
 type Server struct {
 	http  *http.Server
 	slots chan struct{} // one element per connection being served
 	log   logr.Logger
 
 	lastFullLog atomic.Int64 // unix nanoseconds of the last "limit reached" log line
+
+	mu         sync.Mutex
+	idle       map[net.Conn]time.Time // connections between requests, and since when
+	becameIdle chan struct{}          // signalled (without blocking) when a connection goes idle
 }
 
 // NewServer returns the server of the API around handler (NewHandler), validating opts first.
@@ -123,7 +134,7 @@ func NewServer(handler http.Handler, opts ...ServerOption) (*Server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	return &Server{
+	s := &Server{
 		http: &http.Server{
 			Handler:           handler,
 			ReadHeaderTimeout: o.readTimeout,
@@ -134,9 +145,49 @@ func NewServer(handler http.Handler, opts ...ServerOption) (*Server, error) {
 			MaxHeaderBytes:               maxHeaderBytes,
 			DisableGeneralOptionsHandler: true,
 		},
-		slots: make(chan struct{}, o.maxConns),
-		log:   o.log,
-	}, nil
+		slots:      make(chan struct{}, o.maxConns),
+		log:        o.log,
+		idle:       make(map[net.Conn]time.Time),
+		becameIdle: make(chan struct{}, 1),
+	}
+	s.http.ConnState = s.trackIdle
+	return s, nil
+}
+
+// trackIdle keeps the set of idle connections: net/http reports a connection idle once it has
+// answered a request and waits for the next one, and active from the first byte of that one.
+func (s *Server) trackIdle(c net.Conn, state http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if state == http.StateIdle {
+		s.idle[c] = time.Now()
+		select {
+		case s.becameIdle <- struct{}{}:
+		default:
+		}
+	} else {
+		delete(s.idle, c)
+	}
+}
+
+// closeOldestIdle closes the connection idle the longest, which frees its slot, and reports
+// whether there was one.
+func (s *Server) closeOldestIdle() bool {
+	s.mu.Lock()
+	var oldest net.Conn
+	var since time.Time
+	for c, t := range s.idle {
+		if oldest == nil || t.Before(since) {
+			oldest, since = c, t
+		}
+	}
+	delete(s.idle, oldest)
+	s.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	_ = oldest.Close()
+	return true
 }
 
 // Serve serves on ln until the server is shut down or closed, with Go's own answers to requests
@@ -158,29 +209,38 @@ func (s *Server) Close() error { return s.http.Close() }
 // fullLogEvery is how often at most the server logs that the connection limit is reached.
 const fullLogEvery = time.Minute
 
-// takeSlot waits for a free connection slot, or until closed is closed (false).
-func (s *Server) takeSlot(closed <-chan struct{}) bool {
-	select {
-	case s.slots <- struct{}{}:
-		return true
-	default:
-	}
+// makeRoom waits for a free connection slot for a connection already accepted, closing the
+// connection idle the longest whenever there is one, until closed is closed (false).
+func (s *Server) makeRoom(closed <-chan struct{}) bool {
 	now, last := time.Now().UnixNano(), s.lastFullLog.Load()
 	if now-last >= int64(fullLogEvery) && s.lastFullLog.CompareAndSwap(last, now) {
-		s.log.Info("API connection limit reached: new connections wait until one closes",
-			"limit", cap(s.slots))
+		s.log.Info("API connection limit reached: closing the connection idle the longest, "+
+			"or waiting for one to close", "limit", cap(s.slots))
 	}
-	select {
-	case s.slots <- struct{}{}:
-		return true
-	case <-closed:
-		return false
+	for {
+		select {
+		case s.slots <- struct{}{}:
+			return true
+		default:
+		}
+		if s.closeOldestIdle() {
+			continue // its Close freed a slot, unless another listener took it first
+		}
+		select {
+		case s.slots <- struct{}{}:
+			return true
+		case <-s.becameIdle:
+		case <-closed:
+			return false
+		}
 	}
 }
 
 func (s *Server) freeSlot() { <-s.slots }
 
-// limitListener accepts a connection only when the server has a free slot for it.
+// limitListener accepts connections while the server has a free slot; at the limit it accepts
+// one more and holds it until makeRoom finds it a slot, so that an idle connection is closed only
+// for a client that is actually there.
 type limitListener struct {
 	net.Listener
 	srv       *Server
@@ -189,13 +249,25 @@ type limitListener struct {
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	if !l.srv.takeSlot(l.closed) {
+	select {
+	case l.srv.slots <- struct{}{}:
+		c, err := l.Listener.Accept()
+		if err != nil {
+			l.srv.freeSlot()
+			return nil, err
+		}
+		return &limitConn{Conn: c, free: l.srv.freeSlot}, nil
+	case <-l.closed:
 		return nil, fmt.Errorf("api: accept: %w", net.ErrClosed)
+	default:
 	}
 	c, err := l.Listener.Accept()
 	if err != nil {
-		l.srv.freeSlot()
 		return nil, err
+	}
+	if !l.srv.makeRoom(l.closed) {
+		_ = c.Close()
+		return nil, fmt.Errorf("api: accept: %w", net.ErrClosed)
 	}
 	return &limitConn{Conn: c, free: l.srv.freeSlot}, nil
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -219,14 +221,23 @@ func (s *PoolSource) checkContactPoints(hosts []string) error {
 		"its administrator listed (--cassandra-allowed-hosts); use those, or ask the administrator to add yours", ErrConnectionNotAllowed, refused, allowed)
 }
 
-// normalHost returns h as lower-case host:port, with Cassandra's port 9042 when h has none.
+// normalHost returns h as host:port for comparison, with Cassandra's port 9042 when h has none:
+// an IP address in its canonical form (IPv4-mapped IPv6 as IPv4), a name in lower case. A name's
+// trailing dot is kept: "db." is absolute, while "db" goes through the resolver's search domains
+// (the resolving pod's namespace first) and may name another host.
 func normalHost(h string) string {
 	h = strings.TrimSpace(h)
 	host, port, err := net.SplitHostPort(h)
 	if err != nil {
 		host, port = strings.Trim(h, "[]"), "9042"
 	}
-	return net.JoinHostPort(strings.TrimSuffix(strings.ToLower(host), "."), port)
+	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+		port = strconv.FormatUint(n, 10)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return net.JoinHostPort(ip.Unmap().String(), port)
+	}
+	return net.JoinHostPort(strings.ToLower(host), port)
 }
 
 // secret reads Secret ns/name for field (of spec.cassandra), which must carry the opt-in label. A

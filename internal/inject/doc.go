@@ -5,11 +5,13 @@
 // Required is the policy: a pure function that says whether a pod should be injected and, when
 // not, why (no baton.dev/lock annotation, opted out with baton.dev/inject: "false", host network).
 // Marked finds a pod that carries baton's injection markers (baton.dev/injected) before injection,
-// which the webhook denies; Injected is the operator's test for a pod the webhook injected. Inject is the mutation: it returns a deep copy of the pod with the
-// sidecar container "baton", the socket volume, the app environment (BATON_SOCKET, BATON_LOCKS),
-// the readiness gate, the label baton.dev/role=standby (Label traffic policy; removed under the
-// others) and the sidecar's settings taken from the DistributedLock and the operator's Config. It never touches its input and never writes a patch: the webhook diffs the original and
-// the injected pod (admission.PatchResponseFromRaw).
+// which the webhook denies; Injected is the operator's test for a pod the webhook injected.
+// Inject is the mutation: it returns a deep copy of the pod with the sidecar container "baton",
+// the socket volume, the app environment (BATON_SOCKET, BATON_LOCKS), the readiness gate, the
+// label baton.dev/role=standby (Label traffic policy; a pod that sets the label to anything else,
+// or at all under the other policies, is refused) and the sidecar's settings taken from the
+// DistributedLock and the operator's Config. It never touches its input and never writes a
+// patch: the webhook diffs the original and the injected pod (admission.PatchResponseFromRaw).
 //
 // On clusters with native sidecars (Kubernetes ≥ 1.29, Config.NativeSidecars) the sidecar is the
 // first init container with restartPolicy Always: it starts before everything else, in Blocking

@@ -74,7 +74,8 @@ const startupFailureThreshold = math.MaxInt32
 //
 // Errors wrap ErrInvalidConfig (cfg), ErrInvalidLock (dl cannot be turned into a working sidecar,
 // e.g. no lock IDs or no Cassandra contact points) or ErrConflict (the pod already has a
-// container called baton, or another volume mounted on SocketDir).
+// container called baton, another volume mounted on SocketDir, or a baton.dev/role label that
+// injection would not set).
 func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.Pod, error) {
 	if pod == nil {
 		return nil, errors.New("inject: no pod")
@@ -100,6 +101,9 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 	}
 	if hasContainer(pod, ContainerName) {
 		return nil, fmt.Errorf("%w: it already has a container named %q", ErrConflict, ContainerName)
+	}
+	if err := checkRoleLabel(pod, s.traffic); err != nil {
+		return nil, err
 	}
 
 	out := pod.DeepCopy()
@@ -175,14 +179,32 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 	}
 	out.Labels[LabelInjected] = "true"
 	// 6. No pod starts out as the holder: under the Label policy the sidecar relabels its pod once
-	// it holds the locks; under the others baton.dev/role is not maintained, so a value the pod's
-	// author set would be a claim nobody checks.
+	// it holds the locks (checkRoleLabel refused any other value the author set).
 	if s.traffic == batonv1.TrafficLabel {
 		out.Labels[sidecarcontract.LabelRole] = sidecarcontract.RoleStandby
-	} else {
-		delete(out.Labels, sidecarcontract.LabelRole)
 	}
 	return out, nil
+}
+
+// checkRoleLabel refuses a pod whose author set baton.dev/role to what injection would not: any
+// value but standby under the Label policy (a pod never starts as the holder), any value under
+// the others (where nobody maintains it, so it is a claim nobody checks). The pod is refused
+// rather than relabelled: a workload's selector may use the label, and a ReplicaSet whose pods
+// lose it would create new ones without end.
+func checkRoleLabel(pod *corev1.Pod, traffic batonv1.TrafficPolicy) error {
+	role, ok := pod.Labels[sidecarcontract.LabelRole]
+	switch {
+	case !ok, traffic == batonv1.TrafficLabel && role == sidecarcontract.RoleStandby:
+		return nil
+	case traffic == batonv1.TrafficLabel:
+		return fmt.Errorf("%w: it has the label %s=%q, which the sidecar sets under the Label traffic policy "+
+			"(%s until it holds the locks, then %s); remove it from the pod (template), or set it to %s",
+			ErrConflict, sidecarcontract.LabelRole, role, sidecarcontract.RoleStandby, sidecarcontract.RoleHolder, sidecarcontract.RoleStandby)
+	default:
+		return fmt.Errorf("%w: it has the label %s=%q, which baton maintains only under the Label traffic policy "+
+			"and the lock's policy is %s; remove it from the pod (template) and from any selector",
+			ErrConflict, sidecarcontract.LabelRole, role, traffic)
+	}
 }
 
 // sidecarContainer builds the baton container, without the parts that depend on where it goes.

@@ -255,11 +255,13 @@ func TestRequired(t *testing.T) {
 }
 
 // TestNoPodStartsAsHolder: injection labels the pod baton.dev/role=standby under the Label
-// traffic policy, whatever the pod's author wrote, and removes the label under the other
-// policies, where the sidecar does not maintain it.
+// traffic policy, and leaves the label off under the other policies, where the sidecar does not
+// maintain it. A pod whose author set the label to anything else is refused, not relabelled: a
+// workload's selector may use the label, and a ReplicaSet whose pods lose it would create new
+// ones without end.
 func TestNoPodStartsAsHolder(t *testing.T) {
 	for _, traffic := range []batonv1.TrafficPolicy{batonv1.TrafficLabel, batonv1.TrafficReadinessGate, batonv1.TrafficNone} {
-		for _, role := range []string{"", sidecarcontract.RoleHolder, sidecarcontract.RoleStandby} {
+		for _, role := range []string{"", sidecarcontract.RoleHolder, sidecarcontract.RoleStandby, "leader"} {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "w",
 				Annotations: map[string]string{inject.AnnotationLock: "orders"}, Labels: map[string]string{"app": "w"}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
@@ -269,6 +271,13 @@ func TestNoPodStartsAsHolder(t *testing.T) {
 			dl := validLock()
 			dl.Spec.TrafficPolicy = traffic
 			out, err := inject.Inject(pod, dl, inject.Config{Image: "baton:test", Cassandra: batonv1.CassandraConnection{ContactPoints: []string{"db"}}})
+			allowed := role == "" || (traffic == batonv1.TrafficLabel && role == sidecarcontract.RoleStandby)
+			if !allowed {
+				if !errors.Is(err, inject.ErrConflict) || !strings.Contains(err.Error(), sidecarcontract.LabelRole) {
+					t.Errorf("%s, pod labelled %q: error %v, want ErrConflict naming %s", traffic, role, err, sidecarcontract.LabelRole)
+				}
+				continue
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -145,6 +145,69 @@ func TestMonitoringRender(t *testing.T) {
 	checkDashboard(t, []byte(cm.Data["baton.json"]))
 }
 
+// TestMetricsCertificate: by default the operator makes its metrics certificate and the
+// ServiceMonitor cannot verify it; with metrics.certSecret the operator serves that Secret's
+// certificate (mounted, --metrics-cert-dir) and the ServiceMonitor verifies it with its ca.crt
+// for the metrics Service's name. Without metrics.secure a certificate is an error.
+func TestMetricsCertificate(t *testing.T) {
+	type tlsConfig struct {
+		InsecureSkipVerify bool   `json:"insecureSkipVerify"`
+		ServerName         string `json:"serverName"`
+		CA                 struct {
+			Secret struct{ Name, Key string } `json:"secret"`
+		} `json:"ca"`
+	}
+	endpointTLS := func(objs map[string]object) tlsConfig {
+		var spec struct {
+			Endpoints []struct {
+				TLSConfig tlsConfig `json:"tlsConfig"`
+			} `json:"endpoints"`
+		}
+		remarshal(t, get[map[string]any](t, objs, "ServiceMonitor", "baton-operator")["spec"], &spec)
+		if len(spec.Endpoints) != 1 {
+			t.Fatalf("ServiceMonitor endpoints %+v, want one", spec.Endpoints)
+		}
+		return spec.Endpoints[0].TLSConfig
+	}
+
+	def := decode(t, template(t, "--set", "monitoring.serviceMonitor.enabled=true"))
+	if got := endpointTLS(def); !got.InsecureSkipVerify || got.CA.Secret.Name != "" {
+		t.Errorf("default tlsConfig %+v; want insecureSkipVerify (a self-signed certificate) and no CA", got)
+	}
+	if dir, ok := arg(get[*appsv1.Deployment](t, def, "Deployment", "baton-operator"), "metrics-cert-dir"); ok {
+		t.Errorf("--metrics-cert-dir=%q by default; want the operator's own certificate", dir)
+	}
+
+	objs := decode(t, template(t, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "metrics.certSecret=baton-metrics-tls"))
+	got := endpointTLS(objs)
+	if got.InsecureSkipVerify || got.CA.Secret.Name != "baton-metrics-tls" || got.CA.Secret.Key != "ca.crt" {
+		t.Errorf("tlsConfig %+v; want verification with ca.crt of Secret baton-metrics-tls", got)
+	}
+	svc := get[*corev1.Service](t, objs, "Service", "baton-operator-metrics")
+	if want := svc.Name + "." + svc.Namespace + ".svc"; got.ServerName != want {
+		t.Errorf("tlsConfig serverName %q, want the metrics Service's name %q", got.ServerName, want)
+	}
+	dep := get[*appsv1.Deployment](t, objs, "Deployment", "baton-operator")
+	dir, _ := arg(dep, "metrics-cert-dir")
+	var mounted bool
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Secret == nil || v.Secret.SecretName != "baton-metrics-tls" {
+			continue
+		}
+		for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+			mounted = mounted || (m.Name == v.Name && m.MountPath == dir && m.ReadOnly)
+		}
+	}
+	if dir == "" || !mounted {
+		t.Errorf("--metrics-cert-dir=%q; want the directory where Secret baton-metrics-tls is mounted read-only", dir)
+	}
+
+	if _, err := helm(t, "template", release, chartDir, "--set", "metrics.certSecret=x", "--set", "metrics.secure=false"); err == nil ||
+		!strings.Contains(err.Error(), "metrics.certSecret x needs metrics.secure") {
+		t.Errorf("metrics.certSecret without metrics.secure: %v; want a clear error", err)
+	}
+}
+
 // TestMonitoringNeedsMetrics: monitoring without the metrics it reads is a clear error.
 func TestMonitoringNeedsMetrics(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{

@@ -24,6 +24,7 @@ import (
 	"github.com/baton-dev/baton/internal/localcassandra"
 	"github.com/baton-dev/baton/internal/nodeagent"
 	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testpki"
 )
 
 const (
@@ -45,7 +46,9 @@ var (
 		once    sync.Once
 		cluster *devcluster.Cluster
 		binDir  string // the sidecar binary's directory
-		err     error
+		// metricsCA signs the certificate the operator serves its metrics with (for localhost).
+		metricsCA []byte
+		err       error
 	}
 )
 
@@ -87,7 +90,17 @@ func up(t *testing.T) *devcluster.Cluster {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		shared.cluster, shared.err = devcluster.Start(ctx, clusterOptions(cfg, hosts, sidecar, ""))
+		opts := clusterOptions(cfg, hosts, sidecar, "")
+		// The metrics endpoint serves a certificate it is given, as with the chart's
+		// metrics.certSecret (TestMetricsNeedAuthentication verifies it).
+		ca := testpki.NewCA(t)
+		pair := ca.Issue(t, "localhost")
+		certDir := filepath.Join(shared.binDir, "metrics-certs")
+		testpki.WriteFile(t, certDir, "tls.crt", pair.Cert)
+		testpki.WriteFile(t, certDir, "tls.key", pair.Key)
+		shared.metricsCA = ca.PEM
+		opts.OperatorArgs = append(opts.OperatorArgs, "--metrics-cert-dir="+certDir)
+		shared.cluster, shared.err = devcluster.Start(ctx, opts)
 	})
 	if shared.err != nil {
 		t.Fatalf("starting the operator: %v\noperator log:\n%s", shared.err, operatorLog.String())

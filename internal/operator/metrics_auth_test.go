@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testpki"
 )
 
 // TestMetricsNeedAuthentication (issue 23, item 6): the operator's metrics endpoint answers only
@@ -41,6 +43,23 @@ func TestMetricsNeedAuthentication(t *testing.T) {
 	url := "https://" + env.MetricsAddr + "/metrics"
 	if code, _, err := scrape(ctx, url, ""); err != nil || code != http.StatusUnauthorized {
 		t.Errorf("unauthenticated scrape over TLS: %d, %v; want 401", code, err)
+	}
+	// The endpoint serves the certificate of --metrics-cert-dir: a client that trusts its CA
+	// verifies it, one that trusts another CA does not.
+	for _, tc := range []struct {
+		name   string
+		ca     []byte
+		verify bool
+	}{{"the certificate's CA", shared.metricsCA, true}, {"another CA", testpki.NewCA(t).PEM, false}} {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(tc.ca)
+		conn, err := tls.Dial("tcp", env.MetricsAddr, &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12})
+		if err == nil {
+			_ = conn.Close()
+		}
+		if verified := err == nil; verified != tc.verify {
+			t.Errorf("TLS to the metrics endpoint trusting %s: %v; want verified %v", tc.name, err, tc.verify)
+		}
 	}
 
 	// Two service accounts: one bound to a ClusterRole that may read /metrics, one not.

@@ -83,6 +83,9 @@ markers) that `make manifests` puts there.
 {{- if and $local (not .Values.cassandra.localDC) }}
 {{- fail (printf "cassandra.consistency %s / serialConsistency %s need cassandra.localDC: set the local data centre" .Values.cassandra.consistency .Values.cassandra.serialConsistency) }}
 {{- end }}
+{{- if and .Values.metrics.certSecret (not .Values.metrics.secure) }}
+{{- fail (printf "metrics.certSecret %s needs metrics.secure: true (plain HTTP serves no certificate)" .Values.metrics.certSecret) }}
+{{- end }}
 {{- end }}
 
 {{/* One operator flag as a list item: (list "name" value) gives - "--name=value". */}}

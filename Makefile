@@ -45,7 +45,7 @@ install-deps: ## install what the tests run into ~/.cache/baton: Cassandra (Mave
 # five times as long under -race) and the real node's end-to-end tests, whose code under test runs
 # in pods (built without -race, as users run it) and which build the images too. Every package of
 # the lock, the sidecar, the operator and the tools around them runs with -race.
-NORACE := /internal/imagebuild$$|/internal/ociimage$$|/test/e2e$$
+NORACE := /internal/build/imagebuild$$|/internal/build/ociimage$$|/test/e2e$$
 
 .PHONY: test
 test: check install-deps ## all tests, race detector on, against real Cassandra nodes and a real kube-apiserver (install-deps first)
@@ -168,7 +168,7 @@ soak: ## 1,000 simulated histories per fault class of the lock, and 1,000 of the
 .PHONY: chaos
 chaos: install-deps ## chaos on a three-node Cassandra: sidecars and baton run processes, fenced writes, every fault class under each workload (CHAOSFLAGS; default 3 runs of 20 s each, about 73 min; as root); make test runs one short mixed run per workload
 	@mkdir -p $(OUT)
-	$(GO) test -race -count=1 -timeout 3h -v ./internal/chaos/ -run '^TestChaos$$' \
+	$(GO) test -race -count=1 -timeout 3h -v ./test/chaos/ -run '^TestChaos$$' \
 	  -chaos.classes=$(CHAOS_CLASSES) -chaos.workloads=hold,cycle,run -chaos.runs=3 -chaos.duration=20s $(CHAOSFLAGS) 2>&1 | tee $(OUT)/chaos.log \
 	  | grep -E --line-buffered '^(\s*--- |ok|FAIL|panic:|\s+\S+_test\.go:[0-9]+: |\s+\|)'
 	@! grep -qE '^(FAIL|panic:|\s*--- FAIL)' $(OUT)/chaos.log
@@ -189,9 +189,9 @@ bench-rollout: install-deps ## lock moves and leaderless time per rollout on the
 .PHONY: bench-compare
 bench-compare: install-deps ## the side-by-side comparison alone (about 11 min): tables, raw results and charts into docs/bench/ (compare.md, compare.json, *.png)
 	@mkdir -p docs/bench
-	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./internal/bench/compare/ -compare.run \
+	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./test/bench/compare/ -compare.run \
 	  -compare.out $(CURDIR)/docs/bench/compare.md -compare.json $(CURDIR)/docs/bench/compare.json $(COMPAREFLAGS)
-	$(GO) run ./internal/bench/plots/cmd -in docs/bench/compare.json -out docs/bench
+	$(GO) run ./hack/benchplots -in docs/bench/compare.json -out docs/bench
 
 .PHONY: build
 build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/localcassandra"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // single is the Cassandra of this test binary, on its own ports so that it runs beside the other

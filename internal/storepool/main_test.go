@@ -3,8 +3,8 @@ package storepool
 import (
 	"testing"
 
-	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/localcassandra"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // cassandra is the node of this test binary, on ports of its own so that it runs beside any other.

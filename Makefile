@@ -98,12 +98,29 @@ vulncheck: ## govulncheck: fail when code baton calls has a known vulnerability,
 	  -cache "$(CACHE_DIR)" $(if $(filter 1 true yes,$(VULNCHECK_STRICT)),-strict) $(PKGS)
 
 .PHONY: check
-check: check-generated lint vulncheck ## gofmt, go vet, staticcheck, govulncheck, generated files up to date, and the Dockerfile builds like the Makefile
+check: check-generated check-boundary lint vulncheck ## gofmt, go vet, staticcheck, govulncheck, generated files up to date, the Dockerfile builds like the Makefile, and no shipped binary depends on test code
 	@unformatted=$$(gofmt -l $$({ git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go'; } \
 	  | while read -r f; do if [ -e "$$f" ]; then echo "$$f"; fi; done)); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@grep -qF 'RUN $(BUILD)' Dockerfile || { echo "Dockerfile must build with: RUN $(BUILD)"; exit 1; }
+
+# The line between product and test code: the shipped binaries (cmd/...) must not depend on a
+# test rig (internal/testing/...) or a suite (test/...), directly or through another package.
+.PHONY: check-boundary
+check-boundary: ## fail when a package under cmd/ depends on internal/testing/... or test/...
+	@mod=$$($(GO) list -m); \
+	  deps=$$($(GO) list -deps -f '{{.ImportPath}}' ./cmd/...) || exit 1; \
+	  bad=$$(grep -E "^$$mod/(internal/testing|test)(/|$$)" <<< "$$deps" || true); \
+	  if [ -n "$$bad" ]; then \
+	    echo "check-boundary: the shipped binaries (./cmd/...) depend on test code:"; \
+	    for p in $$bad; do \
+	      echo "  $$p, imported by: $$($(GO) list -deps -f '{{.ImportPath}} {{join .Imports " "}}' ./cmd/... \
+	        | awk -v p="$$p" '{for (i = 2; i <= NF; i++) if ($$i == p) printf "%s ", $$1}')"; \
+	    done; \
+	    echo "check-boundary: move what cmd/ needs out of internal/testing and test/ (see internal/testing/doc.go)"; \
+	    exit 1; \
+	  fi
 
 # controller-gen, pinned and run through the module proxy so it stays out of go.mod. v0.22/v0.23
 # are the releases built on k8s.io v0.37 (controller-runtime v0.25). `go run pkg@version` caches

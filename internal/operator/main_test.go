@@ -21,7 +21,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/baton-dev/baton/internal/testing/devcluster"
-	"github.com/baton-dev/baton/internal/testing/localcassandra"
 	"github.com/baton-dev/baton/internal/testing/nodeagent"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 )
@@ -33,12 +32,8 @@ const (
 )
 
 var (
-	kube      = testenv.NewKubeWithCRDs(filepath.Join("..", "..", "config", "crd", "bases"))
-	cassandra = testenv.NewCassandra(func() localcassandra.Config {
-		c := localcassandra.Single()
-		c.Name, c.NativePort, c.StoragePort = "operator-single", 9942, 7950
-		return c
-	}())
+	kube        = testenv.NewKubeWithCRDs(filepath.Join("..", "..", "config", "crd", "bases"))
+	cassandra   = testenv.NewCassandra(testenv.CassandraConfig("operator-single"))
 	operatorLog = &testenv.SyncBuffer{}
 	sidecarLog  = &testenv.SyncBuffer{}
 	shared      struct {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
-	"github.com/baton-dev/baton/internal/testing/localcassandra"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -36,11 +35,7 @@ var (
 	reportFlag    = flag.Bool("chaos.report", false, "log every run's holds, faults and process logs, not only a failing run's")
 
 	// This test binary's own three nodes (RF 3, QUORUM/SERIAL), apart from every other package's.
-	trio = testenv.NewCassandra(func() localcassandra.Config {
-		c := localcassandra.Trio()
-		c.Name, c.NativePort, c.StoragePort = "chaos-trio", 10442, 8450
-		return c
-	}())
+	trio                           = testenv.NewCassandra(testenv.CassandraConfig("chaos-trio"))
 	binary, runner, writer, binDir string
 )
 

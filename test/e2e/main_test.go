@@ -34,9 +34,11 @@ var (
 	node = testenv.NewNode()
 	// cassandra listens on the node's address on the pod bridge, where pods reach it. It starts
 	// after the node, which creates that address.
-	cassandra = testenv.NewCassandra(localcassandra.Config{
-		Name: "e2e-single", Nodes: 1, IPs: []string{localnode.HostIP}, NativePort: 10242, StoragePort: 8250,
-	})
+	cassandra = testenv.NewCassandra(func() localcassandra.Config {
+		c := testenv.CassandraConfig("e2e-single")
+		c.IPs = []string{localnode.HostIP}
+		return c
+	}())
 )
 
 func TestMain(m *testing.M) {

@@ -23,12 +23,8 @@ import (
 )
 
 var (
-	cassandra = testenv.NewCassandra(func() localcassandra.Config {
-		c := localcassandra.Single()
-		c.Name, c.NativePort, c.StoragePort = "sidecar-single", 9742, 7800
-		return c
-	}())
-	binary string
+	cassandra = testenv.NewCassandra(testenv.CassandraConfig("sidecar-single"))
+	binary    string
 )
 
 const (

@@ -11,25 +11,16 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/baton-dev/baton/internal/testing/localcassandra"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // The tests run their own clusters on ports and run directories of their own,
 // so that they neither clash with nor kill the "single" and "trio" clusters
 // that `go run ./hack/cassandra start` may have left running for a demo or CI.
 
-func testSingle() localcassandra.Config {
-	cfg := localcassandra.Single()
-	cfg.Name = "lctest-single"
-	cfg.NativePort, cfg.StoragePort = 9242, 7200
-	return cfg
-}
+func testSingle() localcassandra.Config { return testenv.CassandraConfig("lctest-single") }
 
-func testTrio() localcassandra.Config {
-	cfg := localcassandra.Trio()
-	cfg.Name = "lctest-trio"
-	cfg.NativePort, cfg.StoragePort = 9342, 7300
-	return cfg
-}
+func testTrio() localcassandra.Config { return testenv.CassandraConfig("lctest-trio") }
 
 // tWriter turns progress lines into test log lines.
 type tWriter struct{ t *testing.T }

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/baton-dev/baton/internal/testing/localcassandra"
 	"github.com/baton-dev/baton/internal/testing/localhint"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
@@ -32,12 +31,8 @@ import (
 // This test binary's own Cassandra node (ports 10042/8050) and kube-apiserver, so it runs beside
 // every other package's tests.
 var (
-	cassandra = testenv.NewCassandra(func() localcassandra.Config {
-		c := localcassandra.Single()
-		c.Name, c.NativePort, c.StoragePort = "compare-single", 10042, 8050
-		return c
-	}())
-	kube = testenv.NewKube()
+	cassandra = testenv.NewCassandra(testenv.CassandraConfig("compare-single"))
+	kube      = testenv.NewKube()
 )
 
 // sidecarBinary is cmd/sidecar, built once into a directory TestMain removes.

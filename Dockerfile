@@ -4,7 +4,7 @@
 # Both bases are pinned by digest (the tag is kept for the reader; the digest wins), so a rebuild
 # of the same commit starts from the same bytes. The digests are the multi-platform index digests.
 # To move to a newer base: crane digest <name:tag>, replace the digest, and run
-# go test ./internal/imagebuild/ (it checks that every FROM is pinned and that the builder's Go is
+# go test ./internal/build/imagebuild/ (it checks that every FROM is pinned and that the builder's Go is
 # at least go.mod's).
 FROM golang:1.26.8-bookworm@sha256:f4191582e1522dfc5980a6bdc0309a756f9697f3e7d0f199c7e26fc82ab324fd AS build
 WORKDIR /src

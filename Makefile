@@ -45,7 +45,7 @@ install-deps: ## install what the tests run into ~/.cache/baton: Cassandra (Mave
 # five times as long under -race) and the real node's end-to-end tests, whose code under test runs
 # in pods (built without -race, as users run it) and which build the images too. Every package of
 # the lock, the sidecar, the operator and the tools around them runs with -race.
-NORACE := /internal/imagebuild$$|/internal/ociimage$$|/test/e2e$$
+NORACE := /internal/build/imagebuild$$|/internal/build/ociimage$$|/test/e2e$$
 
 .PHONY: test
 test: check install-deps ## all tests, race detector on, against real Cassandra nodes and a real kube-apiserver (install-deps first)
@@ -98,12 +98,29 @@ vulncheck: ## govulncheck: fail when code baton calls has a known vulnerability,
 	  -cache "$(CACHE_DIR)" $(if $(filter 1 true yes,$(VULNCHECK_STRICT)),-strict) $(PKGS)
 
 .PHONY: check
-check: check-generated lint vulncheck ## gofmt, go vet, staticcheck, govulncheck, generated files up to date, and the Dockerfile builds like the Makefile
+check: check-generated check-boundary lint vulncheck ## gofmt, go vet, staticcheck, govulncheck, generated files up to date, the Dockerfile builds like the Makefile, and no shipped binary depends on test code
 	@unformatted=$$(gofmt -l $$({ git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go'; } \
 	  | while read -r f; do if [ -e "$$f" ]; then echo "$$f"; fi; done)); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@grep -qF 'RUN $(BUILD)' Dockerfile || { echo "Dockerfile must build with: RUN $(BUILD)"; exit 1; }
+
+# The line between product and test code: the shipped binaries (cmd/...) must not depend on a
+# test rig (internal/testing/...) or a suite (test/...), directly or through another package.
+.PHONY: check-boundary
+check-boundary: ## fail when a package under cmd/ depends on internal/testing/... or test/...
+	@mod=$$($(GO) list -m); \
+	  deps=$$($(GO) list -deps -f '{{.ImportPath}}' ./cmd/...) || exit 1; \
+	  bad=$$(grep -E "^$$mod/(internal/testing|test)(/|$$)" <<< "$$deps" || true); \
+	  if [ -n "$$bad" ]; then \
+	    echo "check-boundary: the shipped binaries (./cmd/...) depend on test code:"; \
+	    for p in $$bad; do \
+	      echo "  $$p, imported by: $$($(GO) list -deps -f '{{.ImportPath}} {{join .Imports " "}}' ./cmd/... \
+	        | awk -v p="$$p" '{for (i = 2; i <= NF; i++) if ($$i == p) printf "%s ", $$1}')"; \
+	    done; \
+	    echo "check-boundary: move what cmd/ needs out of internal/testing and test/ (see internal/testing/doc.go)"; \
+	    exit 1; \
+	  fi
 
 # controller-gen, pinned and run through the module proxy so it stays out of go.mod. v0.22/v0.23
 # are the releases built on k8s.io v0.37 (controller-runtime v0.25). `go run pkg@version` caches
@@ -168,7 +185,7 @@ soak: ## 1,000 simulated histories per fault class of the lock, and 1,000 of the
 .PHONY: chaos
 chaos: install-deps ## chaos on a three-node Cassandra: sidecars and baton run processes, fenced writes, every fault class under each workload (CHAOSFLAGS; default 3 runs of 20 s each, about 73 min; as root); make test runs one short mixed run per workload
 	@mkdir -p $(OUT)
-	$(GO) test -race -count=1 -timeout 3h -v ./internal/chaos/ -run '^TestChaos$$' \
+	$(GO) test -race -count=1 -timeout 3h -v ./test/chaos/ -run '^TestChaos$$' \
 	  -chaos.classes=$(CHAOS_CLASSES) -chaos.workloads=hold,cycle,run -chaos.runs=3 -chaos.duration=20s $(CHAOSFLAGS) 2>&1 | tee $(OUT)/chaos.log \
 	  | grep -E --line-buffered '^(\s*--- |ok|FAIL|panic:|\s+\S+_test\.go:[0-9]+: |\s+\|)'
 	@! grep -qE '^(FAIL|panic:|\s*--- FAIL)' $(OUT)/chaos.log
@@ -189,9 +206,9 @@ bench-rollout: install-deps ## lock moves and leaderless time per rollout on the
 .PHONY: bench-compare
 bench-compare: install-deps ## the side-by-side comparison alone (about 11 min): tables, raw results and charts into docs/bench/ (compare.md, compare.json, *.png)
 	@mkdir -p docs/bench
-	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./internal/bench/compare/ -compare.run \
+	$(GO) test -run '^TestSideBySide$$' -count=1 -v -timeout 40m ./test/bench/compare/ -compare.run \
 	  -compare.out $(CURDIR)/docs/bench/compare.md -compare.json $(CURDIR)/docs/bench/compare.json $(COMPAREFLAGS)
-	$(GO) run ./internal/bench/plots/cmd -in docs/bench/compare.json -out docs/bench
+	$(GO) run ./hack/benchplots -in docs/bench/compare.json -out docs/bench
 
 .PHONY: build
 build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does

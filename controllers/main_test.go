@@ -8,7 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // kube is a real kube-apiserver with the DistributedLock CRD, for the reconciler tests that need

@@ -19,7 +19,7 @@ import (
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/storepool"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 	"github.com/baton-dev/baton/lock/memstore"

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/ctxtime"
-	"github.com/baton-dev/baton/internal/testclock"
+	"github.com/baton-dev/baton/internal/testing/testclock"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 )

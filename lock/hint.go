@@ -49,7 +49,7 @@ func (h Hint) freeRecord() (Record, bool) {
 	return Record{Token: h.Token, Version: h.Version}, true
 }
 
-// Hinter carries targeted hand-off hints between Lockers, in one process (internal/localhint) or
+// Hinter carries targeted hand-off hints between Lockers, in one process (internal/testing/localhint) or
 // across processes (package hintudp). A waiter listens while it waits and writes its address into
 // its queue entry; the waiter whose departure or release changes the head of the queue sends a
 // hint to the next waiter only, instead of every waiter polling faster.

@@ -9,7 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/baton-dev/baton/internal/localhint"
+	"github.com/baton-dev/baton/internal/testing/localhint"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 )

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/testclock"
+	"github.com/baton-dev/baton/internal/testing/testclock"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecarclient"

@@ -15,7 +15,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarapi"
-	"github.com/baton-dev/baton/internal/testclock"
+	"github.com/baton-dev/baton/internal/testing/testclock"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecarclient"

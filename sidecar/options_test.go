@@ -16,7 +16,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
-	"github.com/baton-dev/baton/internal/testpki"
+	"github.com/baton-dev/baton/internal/testing/testpki"
 )
 
 // env returns a getenv over a map, starting from a valid configuration.

@@ -12,7 +12,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/manifests"
+	"github.com/baton-dev/baton/internal/testing/manifests"
 )
 
 func lockIn(ns, name string, traffic batonv1.TrafficPolicy) batonv1.DistributedLock {

@@ -29,9 +29,9 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/manifests"
 	"github.com/baton-dev/baton/internal/operator"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/manifests"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 var kube = testenv.NewKubeWithCRDs("../../config/crd/bases")

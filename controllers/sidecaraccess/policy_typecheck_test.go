@@ -12,8 +12,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/baton-dev/baton/internal/localkube"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/localkube"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // TestPolicyTypeChecks runs kube-controller-manager's ValidatingAdmissionPolicy status controller,

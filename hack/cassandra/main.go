@@ -1,5 +1,5 @@
 // Command cassandra installs and runs local Apache Cassandra clusters for
-// demos and CI, without Docker (see internal/localcassandra).
+// demos and CI, without Docker (see internal/testing/localcassandra).
 //
 //	go run ./hack/cassandra install [-cluster single|trio]
 //	go run ./hack/cassandra start   [-cluster single|trio]   # runs in the background, prints contact points
@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/baton-dev/baton/internal/localcassandra"
+	"github.com/baton-dev/baton/internal/testing/localcassandra"
 )
 
 const usage = `usage: go run ./hack/cassandra <install|start|stop|status> [-cluster single|trio] [-timeout 3m]

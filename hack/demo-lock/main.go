@@ -23,8 +23,8 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/baton-dev/baton/internal/cutstore"
-	"github.com/baton-dev/baton/internal/localcassandra"
+	"github.com/baton-dev/baton/internal/testing/cutstore"
+	"github.com/baton-dev/baton/internal/testing/localcassandra"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )

@@ -41,11 +41,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/devcluster"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/localkube"
-	"github.com/baton-dev/baton/internal/nodeagent"
+	"github.com/baton-dev/baton/internal/testing/devcluster"
+	"github.com/baton-dev/baton/internal/testing/localcassandra"
+	"github.com/baton-dev/baton/internal/testing/localkube"
+	"github.com/baton-dev/baton/internal/testing/nodeagent"
 )
 
 const (

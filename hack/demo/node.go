@@ -16,12 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/batonnode"
-	"github.com/baton-dev/baton/internal/demoapp"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/localkube"
-	"github.com/baton-dev/baton/internal/localnode"
+	"github.com/baton-dev/baton/internal/testing/batonnode"
+	"github.com/baton-dev/baton/internal/testing/images/demoapp"
+	"github.com/baton-dev/baton/internal/testing/localcassandra"
+	"github.com/baton-dev/baton/internal/testing/localkube"
+	"github.com/baton-dev/baton/internal/testing/localnode"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
-	"github.com/baton-dev/baton/internal/imagebuild"
+	"github.com/baton-dev/baton/internal/build/imagebuild"
 )
 
 func main() {

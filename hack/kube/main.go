@@ -1,9 +1,9 @@
 // Command kube builds and caches the Kubernetes control plane and the client
 // tools used by the tests (kube-apiserver, kube-controller-manager, etcd,
-// kubectl and helm, built from Go modules; see internal/localkube), and what a
+// kubectl and helm, built from Go modules; see internal/testing/localkube), and what a
 // node runs (kubelet, kube-proxy, containerd and the CNI plugins, built from
 // Go modules, and runc, iptables and conntrack from Debian packages; see
-// internal/localnode).
+// internal/testing/localnode).
 //
 //	go run ./hack/kube install     # build/install if needed, print the bin dir
 //	go run ./hack/kube path        # print the bin dir if built, exit 1 otherwise
@@ -26,8 +26,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/baton-dev/baton/internal/localkube"
-	"github.com/baton-dev/baton/internal/localnode"
+	"github.com/baton-dev/baton/internal/testing/localkube"
+	"github.com/baton-dev/baton/internal/testing/localnode"
 )
 
 const usage = `usage: go run ./hack/kube <install|path|node-path> [-timeout 45m]

@@ -102,7 +102,7 @@ func TestFindsVulnerableDependency(t *testing.T) {
 	}
 
 	out.Reset()
-	if got := run(t.Context(), &out, db, true, tool, cache, []string{"../../internal/pause/cmd/"}); got != 0 {
+	if got := run(t.Context(), &out, db, true, tool, cache, []string{"../../hack/pause/"}); got != 0 {
 		t.Errorf("a package without logr: exit %d, want 0; output:\n%s", got, &out)
 	}
 	if strings.Contains(out.String(), "installing") {

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/baton-dev/baton/internal/certfiles"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.VerifyTestMain(m, nil) }

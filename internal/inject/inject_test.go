@@ -16,7 +16,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
-	"github.com/baton-dev/baton/internal/testpki"
+	"github.com/baton-dev/baton/internal/testing/testpki"
 	"github.com/baton-dev/baton/sidecar"
 	"github.com/google/go-cmp/cmp"
 )

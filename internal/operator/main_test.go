@@ -3,7 +3,7 @@ package operator_test
 // These tests run the operator in-process against a real kube-apiserver and etcd (envtest, built
 // from Go modules by localkube) and a real Cassandra node, the way the chart runs it (its own
 // service account, the generated RBAC, the sidecar admission policy), with real sidecar processes
-// run by internal/nodeagent for the pods the operator's webhook injected (internal/devcluster).
+// run by internal/testing/nodeagent for the pods the operator's webhook injected (internal/testing/devcluster).
 
 import (
 	"context"
@@ -20,11 +20,10 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/baton-dev/baton/internal/devcluster"
-	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/nodeagent"
-	"github.com/baton-dev/baton/internal/testenv"
-	"github.com/baton-dev/baton/internal/testpki"
+	"github.com/baton-dev/baton/internal/testing/devcluster"
+	"github.com/baton-dev/baton/internal/testing/nodeagent"
+	"github.com/baton-dev/baton/internal/testing/testenv"
+	"github.com/baton-dev/baton/internal/testing/testpki"
 )
 
 const (
@@ -34,12 +33,8 @@ const (
 )
 
 var (
-	kube      = testenv.NewKubeWithCRDs(filepath.Join("..", "..", "config", "crd", "bases"))
-	cassandra = testenv.NewCassandra(func() localcassandra.Config {
-		c := localcassandra.Single()
-		c.Name, c.NativePort, c.StoragePort = "operator-single", 9942, 7950
-		return c
-	}())
+	kube        = testenv.NewKubeWithCRDs(filepath.Join("..", "..", "config", "crd", "bases"))
+	cassandra   = testenv.NewCassandra(testenv.CassandraConfig("operator-single"))
 	operatorLog = &testenv.SyncBuffer{}
 	sidecarLog  = &testenv.SyncBuffer{}
 	shared      struct {

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/baton-dev/baton/internal/testenv"
-	"github.com/baton-dev/baton/internal/testpki"
+	"github.com/baton-dev/baton/internal/testing/testenv"
+	"github.com/baton-dev/baton/internal/testing/testpki"
 )
 
 // TestMetricsNeedAuthentication (issue 23, item 6): the operator's metrics endpoint answers only

@@ -101,7 +101,7 @@ type Options struct {
 	MaxConcurrentReconciles int
 	LogVerbosity            int
 
-	// SharedProcess lets more than one operator run in this process (internal/devcluster runs one
+	// SharedProcess lets more than one operator run in this process (internal/testing/devcluster runs one
 	// per control plane, and a test may start two): controller-runtime then does not insist that
 	// controller names be unique in the process. No flag sets it.
 	SharedProcess bool

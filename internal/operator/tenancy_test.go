@@ -13,7 +13,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // TestNoSchemaInAForeignKeyspace: a DistributedLock that keeps the operator's contact points but

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/devcluster"
-	"github.com/baton-dev/baton/internal/nodeagent"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/devcluster"
+	"github.com/baton-dev/baton/internal/testing/nodeagent"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // kubeB is a second control plane (its own kube-apiserver and etcd) for

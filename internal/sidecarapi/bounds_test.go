@@ -18,7 +18,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 

@@ -3,16 +3,11 @@ package storepool
 import (
 	"testing"
 
-	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // cassandra is the node of this test binary, on ports of its own so that it runs beside any other.
-var cassandra = testenv.NewCassandra(func() localcassandra.Config {
-	c := localcassandra.Single()
-	c.Name, c.NativePort, c.StoragePort = "storepool-single", 10142, 8150
-	return c
-}())
+var cassandra = testenv.NewCassandra(testenv.CassandraConfig("storepool-single"))
 
 // TestMain fails the run if goroutines of the pool (its connecting goroutines) or of the sessions
 // it opened (gocql's connections, control connection and event handling) outlive the tests.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/localhint"
+	"github.com/baton-dev/baton/internal/testing/localhint"
 	"github.com/baton-dev/baton/lock"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/baton-dev/baton/internal/testpki"
+	"github.com/baton-dev/baton/internal/testing/testpki"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 

@@ -12,24 +12,15 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
 // The clusters of this test binary use their own ports, so they run beside any other.
 var (
-	single = testenv.NewCassandra(func() localcassandra.Config {
-		c := localcassandra.Single()
-		c.Name, c.NativePort, c.StoragePort = "cstore-single", 9442, 7400
-		return c
-	}())
-	trio = testenv.NewCassandra(func() localcassandra.Config {
-		c := localcassandra.Trio()
-		c.Name, c.NativePort, c.StoragePort = "cstore-trio", 9542, 7500
-		return c
-	}())
+	single = testenv.NewCassandra(testenv.CassandraConfig("cstore-single"))
+	trio   = testenv.NewCassandra(testenv.CassandraConfig("cstore-trio"))
 )
 
 func TestMain(m *testing.M) {

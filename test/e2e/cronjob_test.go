@@ -19,11 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/demoapp"
-	"github.com/baton-dev/baton/internal/fencedstore"
-	"github.com/baton-dev/baton/internal/imagebuild"
+	"github.com/baton-dev/baton/internal/build/imagebuild"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/fencedstore"
+	"github.com/baton-dev/baton/internal/testing/images/demoapp"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // cronNamespaces may use scope Global (the chart's globalNamespaces).

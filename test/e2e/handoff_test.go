@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/batonnode"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/batonnode"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )

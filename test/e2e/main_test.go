@@ -23,10 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/batonnode"
-	"github.com/baton-dev/baton/internal/localcassandra"
-	"github.com/baton-dev/baton/internal/localnode"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/batonnode"
+	"github.com/baton-dev/baton/internal/testing/localcassandra"
+	"github.com/baton-dev/baton/internal/testing/localnode"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
@@ -34,9 +34,11 @@ var (
 	node = testenv.NewNode()
 	// cassandra listens on the node's address on the pod bridge, where pods reach it. It starts
 	// after the node, which creates that address.
-	cassandra = testenv.NewCassandra(localcassandra.Config{
-		Name: "e2e-single", Nodes: 1, IPs: []string{localnode.HostIP}, NativePort: 10242, StoragePort: 8250,
-	})
+	cassandra = testenv.NewCassandra(func() localcassandra.Config {
+		c := testenv.CassandraConfig("e2e-single")
+		c.IPs = []string{localnode.HostIP}
+		return c
+	}())
 )
 
 func TestMain(m *testing.M) {

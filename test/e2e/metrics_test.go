@@ -13,7 +13,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // sidecarMetricsPort is the chart's sidecar.metricsPort in the e2e install: every sidecar of

@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/baton-dev/baton/internal/demoapp"
-	"github.com/baton-dev/baton/internal/imagebuild"
-	"github.com/baton-dev/baton/internal/localnode"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/build/imagebuild"
+	"github.com/baton-dev/baton/internal/testing/images/demoapp"
+	"github.com/baton-dev/baton/internal/testing/localnode"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // TestServiceReachesEveryPod: a Deployment of the demo app (imported image, pulled never; no

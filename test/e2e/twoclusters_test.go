@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/batonnode"
-	"github.com/baton-dev/baton/internal/devcluster"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/testenv"
+	"github.com/baton-dev/baton/internal/testing/batonnode"
+	"github.com/baton-dev/baton/internal/testing/devcluster"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 // clustersNamespace may use scope Global in both clusters of TestGlobalLockAcrossTheNodeAndAnotherCluster

@@ -1,0 +1,97 @@
+// Package localnode gives the tests a real Kubernetes node on this machine:
+// it installs what a node runs and runs it — containerd with runc and CNI,
+// the kubelet and kube-proxy, next to a control plane from internal/testing/localkube
+// — without Docker, kind, or downloaded release tarballs.
+//
+// # Install
+//
+// [Install] makes sure every binary is there and returns their paths as
+// [Binaries]:
+//
+//   - kube-scheduler, kubelet and kube-proxy localkube.KubernetesVersion,
+//     built by localkube ([localkube.KubeScheduler], [localkube.Kubelet],
+//     [localkube.KubeProxy]) into the control plane's bin directory;
+//   - containerd, containerd-shim-runc-v2 and ctr [ContainerdVersion] and
+//     the [CNIPlugins] bridge, host-local, loopback and portmap
+//     [CNIPluginsVersion], built from their Go modules like localkube's
+//     tools (internal/build/gobuild), without cgo;
+//   - runc, iptables and conntrack from the host, installed with
+//     `apt-get install -y --no-install-recommends` (apt-get update only if
+//     that fails for want of package lists) when missing and the process is
+//     root. Otherwise Install returns an error wrapping [ErrMissingPackages]
+//     that says what to install.
+//
+// The cache, next to localkube's:
+//
+//	${XDG_CACHE_HOME:-$HOME/.cache}/baton/node/
+//	    containerd/<ContainerdVersion>/
+//	        src/containerd/          requires github.com/containerd/containerd/v2
+//	                                 with tool directives for cmd/containerd,
+//	                                 cmd/containerd-shim-runc-v2 and cmd/ctr
+//	        bin/containerd, bin/containerd-shim-runc-v2, bin/ctr
+//	        .installed-containerd    stamp, written after all three binaries
+//	        build-containerd.log
+//	    cni/<CNIPluginsVersion>/
+//	        src/cni-plugins/         requires github.com/containernetworking/plugins
+//	        bin/bridge, bin/host-local, bin/loopback, bin/portmap
+//	        .installed-cni-plugins
+//	        build-cni-plugins.log
+//	    apt.log                      the last apt-get run
+//
+// containerd is built with CGO_ENABLED=0 and the build tags of its
+// Makefile's static build (urfave_cli_no_docs osusergo netgo static_build,
+// and no_grpc for the shim) plus no_btrfs no_devmapper no_zfs: a node on
+// overlayfs needs none of those snapshotters. Its version package is
+// stamped, so `containerd --version` reports ContainerdVersion; the plugins
+// report CNIPluginsVersion. Each build holds its directory's file lock and
+// writes its stamp last, so Install is safe from several processes at once
+// and a build cut short is redone. Install prints a line at the start and
+// end of every step, a heartbeat each minute while go build is silent, and
+// one line per component on a cache hit. With the control plane already
+// built (as `make install-deps` does first), all of it takes three to four
+// minutes on two cores; with an empty Go build cache about eight.
+// [Installed] reports the paths without building or installing anything.
+//
+// What Install does not do: check that the host can run a node (root,
+// overlayfs, bridge netfilter, cgroups; see [CheckHost]), load kernel
+// modules, or pick runc's version: Debian 12's runc is 1.1, older than the
+// runc containerd is tested with.
+//
+// `go run ./hack/kube install` (and so `make install-deps`) runs Install
+// after localkube's builds; `go run ./hack/kube node-path` prints the paths.
+//
+// # Running a node
+//
+// [Start] runs a single-node cluster as root on the binaries Install returns
+// ([ComponentsOf]) and waits until the node is Ready: etcd, kube-apiserver
+// (Node and RBAC authorization, ServiceAccount admission on, so pods get
+// tokens), kube-controller-manager and kube-scheduler; then containerd (its
+// own root, state and socket), the kubelet (cgroupfs, cgroup v1 tolerated)
+// and kube-proxy in iptables mode. Each component has a client certificate
+// with the identity the API server's bootstrap RBAC expects
+// (system:kube-controller-manager, system:node:baton-node, ...); the admin's
+// kubeconfig is [Node.Kubeconfig]. Images are docker-archive tarballs
+// imported with ctr before the kubelet starts; nothing is ever pulled.
+//
+// The network exists only on this machine, in 198.18.0.0/15 (reserved for
+// benchmarking, RFC 2544): a bridge baton0 with the host at [HostIP], pods
+// from [PodRangeStart]-[PodRangeEnd], Services in [ServiceSubnet] (routed to
+// the bridge, so a packet to a Service kube-proxy has not programmed yet never
+// leaves the machine), and an iptables chain that rejects anything the pods
+// send beyond the bridge. The API server listens on HostIP, where pods reach
+// it through the kubernetes Service. Everything the node writes is under
+// [BaseDir]; the components log to BaseDir/logs, the pods to
+// BaseDir/pod-logs. One node runs on a machine at a time (a file lock in
+// /run): a second Start waits.
+//
+// [Node.Stop] stops the components, kills what is left in the kubepods
+// cgroups and the containerd shims, unmounts, deletes the pods' network
+// namespaces, kube-proxy's and the kubelet's iptables chains, the bridge and
+// BaseDir; Start does the same first, for a node that was never stopped.
+//
+// What a real host needed that a stand-in would not show: the kubelet asks
+// for oom_score_adj -998 for pod sandboxes, which needs CAP_SYS_RESOURCE; a
+// sandboxed VM may not grant it even to root, and runc then fails with "can't
+// get final child's PID from pipe". containerd's restrict_oom_score_adj keeps
+// the request at containerd's own value.
+package localnode

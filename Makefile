@@ -104,6 +104,7 @@ check: check-generated lint vulncheck ## gofmt, go vet, staticcheck, govulncheck
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@grep -qF 'RUN $(BUILD)' Dockerfile || { echo "Dockerfile must build with: RUN $(BUILD)"; exit 1; }
+	@$(GO) run ./hack/chartdoc -chart $(CHART_DIR) -check
 
 # controller-gen, pinned and run through the module proxy so it stays out of go.mod. v0.22/v0.23
 # are the releases built on k8s.io v0.37 (controller-runtime v0.25). `go run pkg@version` caches
@@ -155,6 +156,10 @@ check-generated: ## fail when zz_generated.deepcopy.go, the CRDs or the RBAC dif
 	  $(call chart-copies,$$tmp/chart); \
 	  for d in crds files; do diff -ruN $(CHART_DIR)/$$d "$$tmp/chart/$$d" || stale=1; done; \
 	  if [ -n "$$stale" ]; then echo "generated files are stale: run make generate manifests"; exit 1; fi
+
+.PHONY: chart-docs
+chart-docs: ## regenerate the values table of charts/baton/README.md from values.yaml and values.schema.json (make check fails when it is stale)
+	$(GO) run ./hack/chartdoc -chart $(CHART_DIR)
 
 .PHONY: soak
 # Without the race detector: make test runs the simulations with it; the soak is about the number

@@ -104,6 +104,7 @@ check: check-generated check-boundary lint vulncheck ## gofmt, go vet, staticche
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@grep -qF 'RUN $(BUILD)' Dockerfile || { echo "Dockerfile must build with: RUN $(BUILD)"; exit 1; }
+	@$(GO) run ./hack/chartdoc -chart $(CHART_DIR) -check
 
 # The line between product and test code: the shipped binaries (cmd/...) must not depend on a
 # test rig (internal/testing/...) or a suite (test/...), directly or through another package.
@@ -172,6 +173,10 @@ check-generated: ## fail when zz_generated.deepcopy.go, the CRDs or the RBAC dif
 	  $(call chart-copies,$$tmp/chart); \
 	  for d in crds files; do diff -ruN $(CHART_DIR)/$$d "$$tmp/chart/$$d" || stale=1; done; \
 	  if [ -n "$$stale" ]; then echo "generated files are stale: run make generate manifests"; exit 1; fi
+
+.PHONY: chart-docs
+chart-docs: ## regenerate the values table of charts/baton/README.md from values.yaml and values.schema.json (make check fails when it is stale)
+	$(GO) run ./hack/chartdoc -chart $(CHART_DIR)
 
 .PHONY: soak
 # Without the race detector: make test runs the simulations with it; the soak is about the number

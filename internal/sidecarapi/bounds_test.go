@@ -25,7 +25,7 @@ import (
 // the test ends, and Serve must have returned by then.
 func serveBounded(t *testing.T, f *fakeService, opts ...ServerOption) (string, <-chan string) {
 	t.Helper()
-	h, err := NewHandler(f)
+	h, err := newHandler(t, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestServerLimitsConnections(t *testing.T) {
 
 // TestNewServerValidates: bad options are refused before anything is served.
 func TestNewServerValidates(t *testing.T) {
-	h, err := NewHandler(&fakeService{t: t})
+	h, err := newHandler(t, &fakeService{t: t})
 	if err != nil {
 		t.Fatal(err)
 	}

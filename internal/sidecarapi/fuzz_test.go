@@ -161,7 +161,7 @@ func FuzzHandler(f *testing.F) {
 		if !ok {
 			return // the server would reject this request line before any handler runs
 		}
-		h, err := NewHandler(fuzzService(t))
+		h, err := newHandler(t, fuzzService(t))
 		if err != nil {
 			t.Fatal(err)
 		}

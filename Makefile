@@ -104,6 +104,7 @@ check: check-generated lint vulncheck ## gofmt, go vet, staticcheck, govulncheck
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@grep -qF 'RUN $(BUILD)' Dockerfile || { echo "Dockerfile must build with: RUN $(BUILD)"; exit 1; }
+	$(GO) run ./hack/apidoc -check
 
 # controller-gen, pinned and run through the module proxy so it stays out of go.mod. v0.22/v0.23
 # are the releases built on k8s.io v0.37 (controller-runtime v0.25). `go run pkg@version` caches
@@ -140,6 +141,10 @@ manifests: ## regenerate the CRDs (config/crd/bases) and the operator's ClusterR
 	$(CONTROLLER_GEN) crd output:crd:artifacts:config=$(CRD_DIR) paths=./api/...
 	$(CONTROLLER_GEN) rbac:roleName=baton-operator output:rbac:artifacts:config=$(RBAC_DIR) $(RBAC_PATHS)
 	@$(call chart-copies,$(CHART_DIR))
+
+.PHONY: api-docs
+api-docs: ## regenerate docs/api/sidecar.md from the sidecar API's OpenAPI document docs/api/sidecar.openapi.yaml (make check fails when it is stale)
+	$(GO) run ./hack/apidoc
 
 .PHONY: check-generated
 check-generated: ## fail when zz_generated.deepcopy.go, the CRDs or the RBAC differ from what the markers generate, or the chart's copies from config/

@@ -1,16 +1,20 @@
 package sidecarapi
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 // TestAPIDocumentRoutes: the routes NewHandler registers, the routes its "no route" answers list
@@ -217,5 +221,34 @@ func TestAPIDocumentCheckFails(t *testing.T) {
 				t.Errorf("check: %v; want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestAPIDocumentNumbers: the limits the document states are the ones the code sets.
+func TestAPIDocumentNumbers(t *testing.T) {
+	spec, err := loadAPISpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.doc.Components.Schemas["LockID"].Value.MaxLength; got == nil || *got != maxLockIDBytes {
+		t.Errorf("LockID maxLength %v, want maxLockIDBytes %d", got, maxLockIDBytes)
+	}
+	raw, err := os.ReadFile(apiDocPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(raw)), " ")
+	for what, phrase := range map[string]string{
+		"DefaultReadTimeout": fmt.Sprintf("within %d s of its first byte", int(DefaultReadTimeout.Seconds())),
+		"read timeout (408)": fmt.Sprintf("within the read timeout (%d s)", int(DefaultReadTimeout.Seconds())),
+		"DefaultMaxConns":    fmt.Sprintf("At most %d connections", DefaultMaxConns),
+		"DefaultKeepAlive":   fmt.Sprintf("`: keepalive` every %d s", int(DefaultKeepAlive.Seconds())),
+		"DefaultMaxWait":     fmt.Sprintf("from `0s` to `%s`", strings.TrimSuffix(DefaultMaxWait.String(), "0s")),
+		"MaxBodyBytes":       fmt.Sprintf("over %d MiB", sidecarclient.MaxBodyBytes>>20),
+		"maxHeaderBytes":     fmt.Sprintf("over %d KiB", maxHeaderBytes>>10),
+	} {
+		if !strings.Contains(text, phrase) {
+			t.Errorf("%s: %s does not say %q", what, apiDocPath, phrase)
+		}
 	}
 }

@@ -143,9 +143,11 @@ type exchange struct {
 // check returns an error when the document does not describe the exchange: the answer's status,
 // headers or body is not one the document gives for the request's operation (or, for requests
 // matching none, in x-unrouted-responses), or the handler answered 2xx to a request the document
-// calls invalid. A request the document calls valid may still be refused (a wait over the
-// configured maximum, a wait in both the query and the body): the refusal must be a documented
-// answer, which is checked.
+// calls invalid. It does not require a request the document calls valid to be served: one may
+// still be refused (a wait over the configured maximum, a wait in both the query and the body,
+// an unknown field or query parameter, which the document cannot express), as long as the
+// refusal is a documented answer. Nor does it check what the document says in prose only (the
+// order of events, timing, which of an operation's codes fits which situation).
 func (s *apiSpec) check(ctx context.Context, x exchange) error {
 	route, params, docAnswer := s.route(x.req)
 	if route == nil {
@@ -304,7 +306,8 @@ func decodeEventStream(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ o
 
 // validatingHandler serves requests with next and checks each request and answer against the
 // API's document (apiSpec.check), reporting what the document does not describe as an error of
-// tb. It reads a request body (up to MaxBodyBytes+1 bytes) before next runs and hands next the
+// tb. It sees only what reaches the handler: answers Go's HTTP server writes itself to requests
+// it cannot parse are checked where a test reads them (checkUnroutedAnswer, server_test.go). It reads a request body (up to MaxBodyBytes+1 bytes) before next runs and hands next the
 // same bytes, then the rest of the body or the read's error, so next reads what it would have.
 type validatingHandler struct {
 	tb       testing.TB

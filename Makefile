@@ -105,6 +105,7 @@ check: check-generated check-boundary lint vulncheck ## gofmt, go vet, staticche
 	$(GO) vet $(PKGS)
 	@grep -qF 'RUN $(BUILD)' Dockerfile || { echo "Dockerfile must build with: RUN $(BUILD)"; exit 1; }
 	@$(GO) run ./hack/chartdoc -chart $(CHART_DIR) -check
+	@$(GO) run ./hack/apidoc -check
 
 # The line between product and test code: the shipped binaries (cmd/...) must not depend on a
 # test rig (internal/testing/...) or a suite (test/...), directly or through another package.
@@ -158,6 +159,10 @@ manifests: ## regenerate the CRDs (config/crd/bases) and the operator's ClusterR
 	$(CONTROLLER_GEN) crd output:crd:artifacts:config=$(CRD_DIR) paths=./api/...
 	$(CONTROLLER_GEN) rbac:roleName=baton-operator output:rbac:artifacts:config=$(RBAC_DIR) $(RBAC_PATHS)
 	@$(call chart-copies,$(CHART_DIR))
+
+.PHONY: api-docs
+api-docs: ## regenerate docs/api/sidecar.md from the sidecar API's OpenAPI document docs/api/sidecar.openapi.yaml (make check fails when it is stale)
+	$(GO) run ./hack/apidoc
 
 .PHONY: check-generated
 check-generated: ## fail when zz_generated.deepcopy.go, the CRDs or the RBAC differ from what the markers generate, or the chart's copies from config/

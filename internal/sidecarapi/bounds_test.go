@@ -34,7 +34,7 @@ func serveBounded(t *testing.T, f *fakeService, opts ...ServerOption) (string, <
 // serveBoundedServer is serveBounded that also returns the server.
 func serveBoundedServer(t *testing.T, f *fakeService, opts ...ServerOption) (string, <-chan string, *Server) {
 	t.Helper()
-	h, err := NewHandler(f)
+	h, err := newHandler(t, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestServerClosesIdleConnectionsAtTheLimit(t *testing.T) {
 
 // TestNewServerValidates: bad options are refused before anything is served.
 func TestNewServerValidates(t *testing.T) {
-	h, err := NewHandler(&fakeService{t: t})
+	h, err := newHandler(t, &fakeService{t: t})
 	if err != nil {
 		t.Fatal(err)
 	}

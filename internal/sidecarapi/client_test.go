@@ -20,7 +20,7 @@ import (
 // for it. The server is closed when the test ends.
 func serveUnix(t *testing.T, f *fakeService, opts ...Option) (*sidecarclient.Client, string) {
 	t.Helper()
-	h, err := NewHandler(f, opts...)
+	h, err := newHandler(t, f, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestClientErrors(t *testing.T) {
 	t.Run("TCP", func(t *testing.T) {
 		f := &fakeService{t: t}
 		withDeclared(f)
-		h, err := NewHandler(f)
+		h, err := newHandler(t, f)
 		if err != nil {
 			t.Fatal(err)
 		}

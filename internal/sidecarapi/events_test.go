@@ -182,7 +182,7 @@ func TestEventsClientCancel(t *testing.T) {
 
 func TestEventsRefused(t *testing.T) {
 	f := &fakeService{t: t}
-	h, err := NewHandler(f)
+	h, err := newHandler(t, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestEventsUnencodableTime(t *testing.T) {
 		close(ch)
 		return ch, func() {}
 	}
-	h, err := NewHandler(f)
+	h, err := newHandler(t, f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,13 @@ import (
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
-// fuzzService is a fakeService with every method answering deterministically: lock "a" is held
-// with token 1 (a release naming another token is refused), "busy" is held elsewhere, "acquiring"
-// is being acquired by another request of the pod, "mine" is held by the pod for another request,
-// "blocking" is in Blocking mode, "idle" is not held, anything else is unknown. It fails the test if the handler passes it a wait outside the allowed bounds or a lock
-// ID that should have been rejected.
+// fuzzService is a fakeService with every method answering deterministically, and only with the
+// errors the sidecar's holder gives for that method (the API document lists them by operation):
+// lock "a" is held with token 1 (a release or yield naming another token is refused), "busy" is
+// held elsewhere, "acquiring" is being acquired by another request of the pod, "mine" is held by
+// the pod for another request (token 5), "blocking" is in Blocking mode, "idle" is not held,
+// anything else is unknown. It fails the test if the handler passes it a wait outside the allowed
+// bounds or a lock ID that should have been rejected.
 func fuzzService(t *testing.T) *fakeService {
 	f := &fakeService{t: t}
 	withDeclared(f)
@@ -58,17 +60,48 @@ func fuzzService(t *testing.T) *fakeService {
 			t.Errorf("service got token %d; tokens are positive, or 0 for none", token)
 		}
 	}
+	// grant returns the pod's grant of id, if it holds one, refusing a token that names another.
+	grant := func(id string, token int64) (sidecarclient.LockStatus, bool, error) {
+		held := map[string]int64{"a": 1, "mine": 5}[id]
+		switch {
+		case held == 0:
+			return sidecarclient.LockStatus{}, false, nil
+		case token != 0 && token != held:
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: held}, true, sidecarclient.ErrTokenMismatch
+		}
+		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: held}, true, nil
+	}
 	f.yield = func(ctx context.Context, id string, token int64, wait time.Duration) (sidecarclient.LockStatus, error) {
+		check(id)
 		checkToken(token)
-		return f.acquire(ctx, id, wait)
+		if st, ok, err := grant(id, token); ok {
+			if err != nil {
+				return st, err
+			}
+			return f.acquire(ctx, "a", wait) // granted again: a held lock with a new token
+		}
+		switch id {
+		case "blocking": // Blocking mode: released, and queued again
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateWaiting, QueuePosition: 1, Reason: "yielded"}, nil
+		case "busy", "acquiring", "idle":
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, sidecarclient.ErrNotHeld
+		}
+		return answer(id)
 	}
 	f.release = func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
 		check(id)
 		checkToken(token)
-		if id == "a" && token > 1 {
-			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 1}, sidecarclient.ErrTokenMismatch
+		if st, ok, err := grant(id, token); ok {
+			if err != nil {
+				return st, err
+			}
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Token: st.Token}, nil
 		}
-		return answer(id)
+		switch id {
+		case "busy", "acquiring", "idle":
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, sidecarclient.ErrNotHeld
+		}
+		return answer(id) // blocking: not in Try mode; anything else: unknown
 	}
 	lock := f.lock
 	f.lock = func(id string) (sidecarclient.LockStatus, bool) {
@@ -140,6 +173,10 @@ func FuzzHandler(f *testing.F) {
 		{"POST", "/v1/locks/acquiring/acquire", "", false},
 		{"POST", "/v1/locks/mine/acquire", `{"wait":"1s"}`, false},
 		{"POST", "/v1/locks/a/acquire", `{"token":1}`, false},
+		{"POST", "/v1/locks/blocking/yield", "", false},
+		{"POST", "/v1/locks/busy/release", "", false},
+		{"POST", "/v1/locks/mine/release", `{"token":5}`, false},
+		{"POST", "/v1/locks/mine/yield", `{"token":1}`, false},
 		{"GET", "/v1/events", "", false},
 		{"HEAD", "/v1/events", "", false},
 		{"GET", "/healthz", "", false},
@@ -161,7 +198,7 @@ func FuzzHandler(f *testing.F) {
 		if !ok {
 			return // the server would reject this request line before any handler runs
 		}
-		h, err := NewHandler(fuzzService(t))
+		h, err := newHandler(t, fuzzService(t))
 		if err != nil {
 			t.Fatal(err)
 		}

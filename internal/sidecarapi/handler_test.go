@@ -355,7 +355,7 @@ func TestHandlerRoutes(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, f)
 			}
-			h, err := NewHandler(f)
+			h, err := newHandler(t, f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -426,7 +426,7 @@ func TestNewHandlerValidates(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := NewHandler(tc.svc, tc.opts...)
+			h, err := newHandler(t, tc.svc, tc.opts...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("NewHandler: (%v, %v), want error containing %q", h, err, tc.want)
 			}
@@ -437,7 +437,7 @@ func TestNewHandlerValidates(t *testing.T) {
 func TestWithMaxWait(t *testing.T) {
 	f := &fakeService{t: t}
 	f.acquire = acquireWants(t, "a", 0, sidecarclient.LockStatus{LockID: "a", State: sidecarclient.StateHeld, Token: 1}, nil)
-	h, err := NewHandler(f, WithMaxWait(0))
+	h, err := newHandler(t, f, WithMaxWait(0))
 	if err != nil {
 		t.Fatal(err)
 	}

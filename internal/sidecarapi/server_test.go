@@ -2,6 +2,7 @@ package sidecarapi
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -18,7 +19,7 @@ import (
 // with an empty 200 unless told not to): through NewServer and Serve, each answer is an error in
 // the API's JSON form with a code and a message, and the connection then serves nothing else.
 func TestServerAnswersEveryMalformedRequestInJSON(t *testing.T) {
-	h, err := NewHandler(&fakeService{})
+	h, err := newHandler(t, &fakeService{t: t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +64,20 @@ func TestServerAnswersEveryMalformedRequestInJSON(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, err := loadAPISpec()
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := exchange{status: resp.StatusCode, header: resp.Header, answer: raw}
+			if err := spec.checkUnroutedAnswer(t.Context(), nil, x); err != nil {
+				t.Errorf("%s does not describe the answer %d %s: %v", apiDocPath, resp.StatusCode, bytes.TrimSpace(raw), err)
+			}
 			var body sidecarclient.ErrorBody
-			derr := json.NewDecoder(resp.Body).Decode(&body)
+			derr := json.Unmarshal(raw, &body)
 			switch {
 			case tc.status != 0 && resp.StatusCode != tc.status:
 				t.Errorf("status %d, want %d", resp.StatusCode, tc.status)

@@ -17,9 +17,11 @@
 //	GET  /readyz                      readiness: every required lock is held
 //	GET  /startupz                    startup: the first acquisition is done (Blocking mode)
 //
-// Every request the sidecar cannot serve gets a 4xx answer {"error":"...","code":"..."}
-// (ErrorBody) that says what was wrong and how to fix it; a 409 about a lock also carries that
-// lock's LockStatus fields. The Client returns such answers as *Error, which matches the sentinel
+// Every request the sidecar cannot serve gets an error answer {"error":"...","code":"..."}
+// (ErrorBody) that says what was wrong and how to fix it: a 4xx for the request, a 503
+// (shutting_down, unavailable) or 500 (internal) for the sidecar's own state; a 409, 500 or 503
+// about a lock also carries that lock's LockStatus fields. docs/api/sidecar.openapi.yaml lists
+// every answer of every route. The Client returns such answers as *Error, which matches the sentinel
 // errors (ErrLocked, ErrAcquiring, ErrHeldByPod, ErrTokenMismatch, ErrNotHeld, ...) with
 // errors.Is.
 //

@@ -20,16 +20,10 @@ func FirstToken(wall time.Time) int64 { return max(1, wall.UnixMicro()) }
 // grant writes this owner into the owner record with the next token. It returns nil, nil when
 // another writer won the race.
 func (a *acquisition) grant(ctx context.Context, prev Record, exists bool) (*Lease, error) {
-	if a.queued && a.l.opts.mutations.has(mutDequeueBeforeGrant) {
-		<-a.leaveQueueInBackground(ctx, false)
+	if a.l.opts.mutations.has(mutDequeueBeforeGrant) {
+		return a.grantDequeuedFirst(ctx, prev, exists)
 	}
 	next, sent, applied, _, _, err := a.writeGrant(ctx, prev, exists)
-	if a.l.opts.mutations.has(mutDequeueBeforeGrant) && !a.queued && a.entry.Enqueued != 0 && (err != nil || !applied) {
-		a.queued = true // put the entry back under its old name
-		if qerr := a.enqueue(ctx); qerr != nil && err == nil {
-			err = qerr
-		}
-	}
 	if err != nil || !applied {
 		return nil, err
 	}

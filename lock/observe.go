@@ -36,15 +36,10 @@ type observation struct {
 func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) (seenAt time.Time, current bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	o, ok := l.observed[lockID]
 	if l.opts.mutations.has(mutStaleObservation) {
-		// The unsafe variant: observations never void, and an older-looking read is granted on.
-		if !ok || !o.rec.sameState(rec) && !rec.olderThan(o.rec) {
-			o = observation{rec: rec, seenAt: receivedAt}
-			l.observed[lockID] = o
-		}
-		return o.seenAt, true
+		return l.observeStaleLocked(lockID, rec, receivedAt)
 	}
+	o, ok := l.observed[lockID]
 	switch {
 	case ok && o.rec.sameWrite(rec):
 		o.lastAt = later(o.lastAt, receivedAt)
@@ -63,7 +58,7 @@ func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) (seenA
 // observationLife is how long an observation of rec stays valid without a read that confirms it:
 // the longer of our lease and the one rec's holder promised, plus the request timeout. Replicas are
 // not expected to lag further behind; a waiter reads the record far more often (docs/design.md,
-// "Expiry by observation").
+// Acquire, step 3).
 func (o options) observationLife(rec Record) time.Duration {
 	return max(o.lease, rec.Lease) + o.requestTimeout
 }

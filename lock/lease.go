@@ -85,7 +85,7 @@ func (s *Lease) EndedAt() time.Time {
 // Deadline returns the self-fence deadline on the wall clock (WithWallClock): when the lease stops
 // being valid unless a renewal succeeds first, counted from the send time of the last successful
 // write, less the safety margin. Renewals move it forward; once the lease ended it stays where it
-// was. No other owner can be granted the lock before it (docs/design.md, rules 4 and 6), also
+// was. No other owner can be granted the lock before it (docs/design.md, rules 3, 4 and 8), also
 // after a revocation; the exception is a lease that ended with ErrOwnershipLost, whose record
 // already names another owner. A holder that must be sure nothing it started still acts when
 // another could hold the lock stops everything by this time (baton run does).

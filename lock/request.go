@@ -7,7 +7,8 @@ import (
 )
 
 // Store requests: every one bounded by the request timeout (docs/design.md, "A hung node"), and a
-// write of unknown outcome settled by a linearizable read (rule 5).
+// write of unknown outcome settled by a linearizable read (rule 5); and the waits between
+// requests, spread so that Lockers do not poll in lockstep.
 
 // jitter spreads d by ±10% so that waiters do not poll in lockstep.
 func (l *Locker) jitter(d time.Duration) time.Duration {

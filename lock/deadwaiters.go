@@ -105,3 +105,22 @@ type queueKey struct {
 	enqueued int64
 	owner    string
 }
+
+// removeOther removes another owner's queue entry e, as read from the queue, whose waiter looks
+// dead, then tells next (if set) that it moved up. It removes e as the write it was seen with
+// (e.Written, see Store.Dequeue): a waiter that was alive after all and wrote its entry again
+// keeps it, whatever the clocks of the two say.
+//
+// An entry without a stamp (a store that cannot report one) is left to its TTL: a removal at our
+// clock could overrule the waiter's later writes.
+func (l *Locker) removeOther(ctx context.Context, lockID string, e, next QueueEntry) {
+	switch {
+	case l.opts.mutations.has(mutRemoveAtOwnClock):
+		e.Written = 0
+	case e.Written == 0:
+		l.opts.log.V(1).Info("not removing a queue entry whose write stamp is unknown; it ages out", "lock", lockID, "entry", e.Owner)
+		l.hintAhead(lockID, next)
+		return
+	}
+	l.dequeue(ctx, lockID, e, next)
+}

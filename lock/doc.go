@@ -10,7 +10,19 @@
 // head contends for ownership, so locks are granted in arrival order. The head writes itself into
 // the owner record with a compare-and-swap conditioned on exactly the record it read, bumping the
 // fencing token in the same write. TryAcquire gives up when the record is held or someone is
-// queued ahead.
+// queued ahead. The holder renews its grant with compare-and-swaps, fences itself on its own
+// clock, and gives the record back when it releases. Hand-off hints (Hinter) tell the one waiter
+// concerned to look now instead of at its next poll.
+//
+// # Reading the code
+//
+// The files follow docs/design.md, whose "Code map" lists them by section: locker.go (the Locker),
+// acquire.go (the acquire loop and steps 1 to 3), observe.go (expiry by observation), grant.go
+// (steps 4 and 5), casfirst.go, deadhead.go, deadwaiters.go, queue.go and queueread.go (the
+// queue), hint.go, renew.go, release.go, lease.go (what the holder sees), and request.go (request
+// timeouts and settling). store.go is the Store contract, owner.go the owner strings and
+// zero-wait restart, admin.go revocation and reads for the operator. mutation.go holds every
+// deliberately unsafe variant the tests use to show that their checks can fail.
 //
 // # Rules
 //
@@ -21,9 +33,9 @@
 //  2. The fencing token is in that record, bumped in the same write that grants ownership, and never
 //     expires or resets; a record created anew starts at its creation time in microseconds
 //     (FirstToken).
-//  3. A lease expires by observation: a contender takes over only after it has seen the record
-//     unchanged for a full lease on its own monotonic clock, counted from when its read came back,
-//     and only with a compare-and-swap conditioned on exactly that record.
+//  3. A lease expires by observation: a contender takes over only after it has seen the very same
+//     write of the record for a full lease on its own monotonic clock, counted from when its read
+//     came back, and only with a compare-and-swap conditioned on exactly that record.
 //  4. The holder fences itself at (send time of its last successful renewal) + lease − safety
 //     margin on its own monotonic clock, tells the application before, and is never valid again.
 //  5. A write whose outcome is unknown is settled by a linearizable read before anything is
@@ -69,8 +81,8 @@
 //     (README, "Restoring the keyspace").
 //
 // The simulation tests of this package check these claims on seeded histories with faults, and a
-// mutation test makes sure that each of a set of deliberately unsafe variants of the lock is
-// caught.
+// mutation test makes sure that each of a set of deliberately unsafe variants of the lock
+// (mutation.go) is caught.
 //
 // What it does not guarantee: a process that is paused (garbage collection, SIGSTOP, a slow
 // network) after checking its lease can still act after the lease ended. Leases alone cannot stop

@@ -120,3 +120,37 @@ func nextWaiter(queue []QueueEntry, owner Owner) (QueueEntry, bool) {
 	}
 	return QueueEntry{}, false
 }
+
+// rememberBusy records that a release of ours just handed lockID to a waiter (see step).
+func (l *Locker) rememberBusy(lockID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.busy[lockID] = l.opts.clock.Now()
+}
+
+// takeBusy reports, once, whether a release of ours handed lockID to a waiter less than a waiter
+// poll ago.
+func (l *Locker) takeBusy(lockID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.busy[lockID]
+	delete(l.busy, lockID)
+	return ok && l.opts.clock.Since(at) < l.opts.waiterPoll
+}
+
+// hintAhead tells the waiter of entry to, if it listens, that it may be the head now.
+func (l *Locker) hintAhead(lockID string, to QueueEntry) {
+	if to.Hint != "" {
+		l.opts.hinter.Send(to.Hint, Hint{LockID: lockID, Owner: to.Owner, Enqueued: to.Enqueued, Kind: HintAhead})
+	}
+}
+
+// hintFree tells the waiter of entry to, if it listens, that we wrote the free record free.
+func (l *Locker) hintFree(lockID string, to QueueEntry, free Record) {
+	if to.Hint != "" {
+		l.opts.hinter.Send(to.Hint, Hint{
+			LockID: lockID, Owner: to.Owner, Enqueued: to.Enqueued, Kind: HintFree,
+			Token: free.Token, Version: free.Version,
+		})
+	}
+}

@@ -38,7 +38,7 @@ type options struct {
 	hinter         Hinter
 	zeroWait       bool
 	restartSecret  []byte
-	mutations      mutations // unsafe variants for the simulation's mutation test; never set outside tests
+	mutations      mutations // the mutation seams (mutation.go); zero outside this package's tests
 	observer       func(Event)
 	errs           []error
 }

@@ -134,3 +134,38 @@ func checkText(what, s string) error {
 	}
 	return nil
 }
+
+// ownedByUs reports whether rec is a grant nobody but us can be claiming, so that we may take it
+// over at once with a new token: an earlier lease of this very Locker that has ended (a live one
+// would have made Acquire return ErrAlreadyHeld), or, with WithZeroWaitRestart, a grant of an earlier
+// incarnation of our identity, which is dead (rule 7). A revoked grant never is: taking it
+// over would undo the revocation.
+func (a *acquisition) ownedByUs(rec Record) bool {
+	l := a.l
+	switch {
+	case !rec.Held() || rec.Revoked:
+		return false
+	case rec.Owner == l.owner.String():
+		return true
+	default:
+		return l.predecessor(rec.Owner)
+	}
+}
+
+// predecessor reports whether owner string s is an earlier incarnation of this Locker's owner that
+// proved to know the same restart secret (WithZeroWaitRestart): a process that is known to be dead,
+// whose grant and queue entries we may take over at once (rule 7).
+func (l *Locker) predecessor(s string) bool {
+	m := l.opts.mutations
+	switch {
+	case s == l.owner.String() || !l.owner.sameIdentity(s):
+		return false
+	case m.has(mutZeroWaitAnyIdentity):
+		return true
+	case !l.opts.zeroWait:
+		return false
+	case m.has(mutZeroWaitWithoutProof):
+		return true
+	}
+	return tagOf(s) == tagOf(l.owner.String())
+}

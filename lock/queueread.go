@@ -9,10 +9,10 @@ import (
 // Queue reads pass over what is known to be gone. Every removed queue entry leaves a tombstone
 // in Cassandra that a read from the start of the queue passes over until compaction purges it
 // (gc_grace_seconds after the removal at the earliest): a lock handed over 200 times a second
-// leaves 12 000 of them a minute, and every read slows down with each (on one node, cycles per
-// second at 2 contenders fell from 225 to 79 within 15 s, docs/benchmarks.md). So a Locker reads a
-// queue from a bound: queueReadSlack before the oldest entry its last read saw, or before the time
-// of that read when the queue was empty. Cassandra starts such a read at the bound.
+// leaves 12 000 of them a minute, and every read slows down with each (docs/design.md, "Reading
+// the queue from a bound"). So a Locker reads a queue from a bound: queueReadSlack before the
+// earlier of the oldest entry its last read saw and the time that read was sent. Cassandra starts
+// such a read at the bound.
 //
 // A bounded read misses an entry only when the entry's enqueue time lies before the bound: a write
 // that took longer than queueReadSlack to land, a waiter whose wall clock runs more than

@@ -1,5 +1,7 @@
 // Package hintudp carries the lock's hand-off hints (lock.Hinter) between processes as UDP
-// datagrams: the sidecar listens on its pod IP, the CLI on an address it is given.
+// datagrams: the sidecar listens on its pod IP (port DefaultPort unless the operator sets
+// another), the CLI on an address it is given. Each hint is one datagram, a line of text whose
+// format AppendHint shows and ParseHint reads (wire.go).
 //
 // A hint carries no authority (see lock.Hinter): a receiver only looks at the store sooner, and
 // the Locker limits how often it does that for hints that brought nothing. So hints are neither

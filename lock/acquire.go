@@ -1,0 +1,285 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Acquire, steps 1 to 3 (docs/design.md): the acquire loop, the wait for a poll or a hint, and
+// one step: keep the queue entry alive, find our place, and contend as the head. Step 3's expiry
+// by observation is in observe.go, steps 4 and 5 (the grant) in grant.go.
+
+// loaded is the result of an owner-record read.
+type loaded struct {
+	rec  Record
+	ok   bool
+	err  error
+	sent time.Time // Locker clock; when the read was sent
+}
+
+// acquisition is one run of Acquire or TryAcquire.
+type acquisition struct {
+	l      *Locker
+	lockID string
+	block  bool
+
+	entry       QueueEntry
+	queued      bool
+	enqueuedAt  time.Time // Locker clock; when the entry was last written
+	wasHead     bool      // at the last queue read nobody was ahead of us
+	ahead       int       // waiters ahead of us at the last queue read; -1 before the first
+	queueReadAt time.Time // Locker clock; when the queue was last read
+	othersSeen  bool      // the last queue read held entries of other owners
+	next        QueueEntry
+	triedFirst  bool // the CAS-first attempt (casFirst) has been made or ruled out
+
+	// Next in line, watching the head (see watchHead): the head entry and since when it has been
+	// the head (Locker clock), whether the next poll reads the record instead of the queue, and
+	// the grantable record last seen and since when it has been seen grantable.
+	head           QueueEntry
+	headSince      time.Time
+	recordTurn     bool
+	grantable      Record
+	grantableSince time.Time
+
+	sightings  map[queueKey]sighting // entries ahead of us by their Written stamps (dropDead)
+	quietAhead bool                  // every entry ahead of us has gone unrewritten for deadHeadAfter
+
+	hintAddr string      // where we listen for hints; written into our queue entry
+	hints    <-chan Hint // hints for our queue entry
+	budget   hintBudget  // how many hints we may still act on
+}
+
+// acquire is the acquire loop: it makes steps (docs/design.md, Acquire) until granted, until a
+// try gives up, or until ctx ends.
+func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
+	l := a.l
+	addr, hints, stopListening := l.opts.hinter.Listen(a.lockID, l.owner.String())
+	defer stopListening()
+	a.hintAddr, a.hints, a.ahead = addr, hints, -1
+	a.budget = newHintBudget(l.opts.clock.Now(), l.opts.waiterPoll)
+	defer a.leaveQueue(ctx)
+
+	backoff := l.opts.pollInterval
+	var hinted Hint // the hint that triggered this step; zero for a poll
+	for {
+		aheadBefore := a.ahead
+		lease, wait, err := a.step(ctx, hinted)
+		if hinted.Kind != 0 && (lease != nil || aheadBefore > 0 && a.ahead >= 0 && a.ahead < aheadBefore) {
+			a.budget.refund() // the hint did its job
+		}
+		hinted = Hint{}
+		switch {
+		case lease != nil:
+			return lease, nil
+		case errors.Is(err, ErrLocked) || (err != nil && !a.block):
+			return nil, err
+		case err != nil:
+			// A store error while waiting: keep waiting, backing off, until ctx ends.
+			l.opts.log.V(1).Info("store error while waiting for lock", "lock", a.lockID, "err", err.Error())
+			wait, backoff = backoff, min(2*backoff, l.opts.waiterPoll)
+		default:
+			backoff = l.opts.pollInterval
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
+		}
+		if wait > 0 {
+			if hinted, err = a.wait(ctx, l.jitter(wait)); err != nil {
+				return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
+			}
+		}
+	}
+}
+
+// wait sleeps for d, or until a hint for our queue entry arrives that the hint budget lets us act
+// on. It returns the hint, or a zero Hint when the poll came first.
+func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
+	l := a.l
+	t := l.opts.clock.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return Hint{}, ctx.Err()
+		case <-t.C():
+			return Hint{}, nil
+		case h := <-a.hints:
+			if !a.queued || h.LockID != a.lockID || h.Owner != a.entry.Owner || h.Enqueued != a.entry.Enqueued {
+				continue // for an entry that is not waiting any more
+			}
+			if !a.budget.take(l.opts.clock.Now()) {
+				l.opts.log.V(1).Info("hint ignored: over the hint budget", "lock", a.lockID, "kind", h.Kind.String())
+				continue // the poll comes anyway
+			}
+			return h, nil
+		}
+	}
+}
+
+// step makes one attempt; hinted is the hint that triggered it (zero for a poll). It returns the
+// lease when granted, or how long to wait before the next attempt. In try mode every "not now" is
+// ErrLocked.
+func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Duration, error) {
+	l := a.l
+	if !a.triedFirst {
+		a.triedFirst = true
+		if free, ok := l.takeFree(a.lockID); ok && !a.queued {
+			if lease, wait, done, err := a.casFirst(ctx, free); done {
+				return lease, wait, err
+			}
+		}
+		if a.block && !a.queued && l.takeBusy(a.lockID) {
+			// Our own release a moment ago handed the lock to a waiter: join the queue behind
+			// them without reading it first. The waiter ahead of us tells us when we are next.
+			return nil, l.opts.waiterPoll, a.enqueue(ctx)
+		}
+	}
+	// A release hint (HintFree) is taken as a reason to look now, never as a fact: the step reads
+	// the owner record, alongside the queue unless we were the head a moment ago, and grants
+	// itself only on the record it read. A forged or stale hint so costs reads only (rule 6), and
+	// our queue entry stays in place until a grant has landed, so that nobody arriving meanwhile
+	// finds the queue without us (docs/design.md, Hand-off hints).
+	if free, ok := hinted.freeRecord(); ok && a.queued && l.opts.mutations.has(mutCASOnHint) {
+		return a.contend(ctx, &loaded{rec: free, ok: true, sent: l.opts.clock.Now()})
+	}
+	// 1. Keep our queue entry alive while we wait.
+	if a.queued && l.opts.clock.Since(a.enqueuedAt) >= l.opts.queueEntryTTL/3 {
+		if err := a.enqueue(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	// 2. Only the head of the queue contends for ownership (fairness, rule 6). A waiter
+	// that may be the head reads the owner record at the same time, saving a round trip.
+	// The head re-reads the queue only once per waiter poll: only a waiter with a skewed clock or a
+	// late enqueue could get ahead of it, and that is a matter of fairness, not safety.
+	now := l.opts.clock.Now()
+	if a.wasHead && now.Sub(a.queueReadAt) < l.opts.waiterPoll {
+		return a.contend(ctx, nil)
+	}
+	if hinted.Kind == 0 && a.watchingHead(now) {
+		if a.recordTurn = !a.recordTurn; a.recordTurn {
+			return a.watchHead(ctx)
+		}
+	}
+	var record chan loaded // the owner record, read alongside the queue
+	if !a.queued || a.wasHead || hinted.Kind == HintFree {
+		record = make(chan loaded, 1)
+		go func() {
+			r := loaded{sent: l.opts.clock.Now()}
+			r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
+			record <- r
+		}()
+	}
+	queue, err := l.readQueue(ctx, a.lockID, a.entry)
+	if err != nil {
+		return nil, 0, fmt.Errorf("lock %s: reading queue: %w", a.lockID, err)
+	}
+	queue = a.dropDead(ctx, now, l.opts.clock.Now(), queue)
+	a.readQueue(now, queue)
+	ahead, found := position(queue, a.entry, l.owner)
+	a.followHead(now, queue, ahead)
+	if a.queued && !found && len(queue) >= queueReadLimit && queue[len(queue)-1].Less(a.entry) {
+		// Deeper in the queue than one read reaches: our entry is there, it just was not read.
+		// It is refreshed every TTL/3 like any other, not rewritten on every poll.
+		found = true
+	}
+	a.wasHead, a.ahead = ahead == 0, ahead
+	if a.block {
+		l.opts.observer(Event{Kind: EventQueued, LockID: a.lockID, Ahead: ahead})
+	}
+	if a.queued && !found {
+		// Our entry expired (we were paused longer than its TTL) or is not visible yet: rewrite it.
+		a.wasHead, a.ahead = false, -1
+		return nil, l.opts.pollInterval, a.enqueue(ctx)
+	}
+	if ahead > 0 && record != nil && l.opts.zeroWait {
+		// Zero-wait restart (rule 7): the record names a dead predecessor of ours, which
+		// no waiter can be granted before it has aged out for a lease. Take it over now, whatever
+		// the queue says, so that leadership does not move because our process restarted.
+		r := <-record
+		if r.err == nil && a.ownedByUs(r.rec) {
+			return a.contend(ctx, &r)
+		}
+		record = nil
+	}
+	if ahead > 0 {
+		if !a.block {
+			return nil, 0, fmt.Errorf("%w: %s has %d waiter(s) queued", ErrLocked, a.lockID, ahead)
+		}
+		if !a.queued {
+			return nil, l.opts.waiterPoll, a.enqueue(ctx)
+		}
+		if ahead == 1 {
+			// Next in line: look again a little sooner, the head may be granted any moment.
+			return nil, l.opts.nextInLinePoll(), nil
+		}
+		return nil, l.opts.waiterPoll, nil
+	}
+	if hinted.Kind == HintAhead && record == nil {
+		// We just became the head: the waiter ahead of us was granted moments ago and tells us
+		// when it releases. Read the record at our next head poll, not now.
+		return nil, l.opts.pollInterval, nil
+	}
+	var r *loaded
+	if record != nil {
+		got := <-record
+		r = &got
+	}
+	return a.contend(ctx, r)
+}
+
+// contend is the head's part of a step: read the owner record (or take the read already made, r)
+// and grant ourselves the lock when nothing blocks it.
+func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.Duration, error) {
+	l := a.l
+	// 3. Head of the queue (or the queue is empty): read the owner record. The observation clock
+	// starts when the read is received, which is no earlier than the record was written.
+	var r loaded
+	if read != nil {
+		r = *read
+	} else {
+		r.sent = l.opts.clock.Now()
+		r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
+	}
+	if r.err != nil {
+		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
+	}
+	received := l.opts.clock.Now()
+	seen := received
+	if l.opts.mutations.has(mutObserveFromSend) {
+		seen = r.sent
+	}
+	if wait := a.mustWait(r.rec, r.ok, seen, received); wait > 0 {
+		if a.block {
+			l.opts.observer(Event{Kind: EventQueued, LockID: a.lockID, Holder: r.rec.Owner, Token: r.rec.Token})
+		}
+		if !a.block {
+			return nil, 0, fmt.Errorf("%w: %s is held by %s (token %d)", ErrLocked, a.lockID, r.rec.Owner, r.rec.Token)
+		}
+		if !a.queued {
+			if err := a.enqueue(ctx); err != nil {
+				return nil, 0, err
+			}
+		}
+		return nil, min(wait, l.opts.pollInterval), nil
+	}
+
+	// 4. Grant ourselves the lock with a CAS conditioned on exactly the record we read.
+	lease, err := a.grant(ctx, r.rec, r.ok)
+	if err != nil || lease != nil {
+		if lease != nil && lease.Err() != nil {
+			// The grant's response came back after the lease it started had already run out (a
+			// stalled store or process). Never hand out a dead lease: the record names us, so the
+			// next step grants again at once with a new token and a fresh lease.
+			return nil, 0, nil
+		}
+		return lease, 0, err
+	}
+	if !a.block {
+		return nil, 0, fmt.Errorf("%w: %s was granted to another owner first", ErrLocked, a.lockID)
+	}
+	return nil, 0, nil
+}

@@ -78,7 +78,7 @@
 //     same write count. Deleting or restoring owner records behind the lock's back still lets a
 //     new grant overlap an old one for up to a renew interval, a restored record issues its tokens
 //     again, and a restore that brings back a write a running Locker observed before is not seen
-//     (README, "Restoring the keyspace").
+//     (docs/concepts-and-safety.md, "Restoring the keyspace").
 //
 // The simulation tests of this package check these claims on seeded histories with faults, and a
 // mutation test makes sure that each of a set of deliberately unsafe variants of the lock

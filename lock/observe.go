@@ -32,7 +32,7 @@ type observation struct {
 // keeps its observation: records only move forward, so it was unchanged all along (a TryAcquire
 // caller that asks now and then takes a dead holder's lock over once a lease has passed between
 // two of its calls). What that cannot see is a backup restored while Lockers run that brings back
-// the very write a Locker saw before: the README's restore procedure restarts every process.
+// the very write a Locker saw before: the restore procedure (docs/concepts-and-safety.md) restarts every process.
 func (l *Locker) observe(lockID string, rec Record, receivedAt time.Time) (seenAt time.Time, current bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -787,7 +787,7 @@ func check(h history) []string {
 	problems := slices.Clone(h.shared)
 	if c.restore {
 		// Restored records hand out their tokens again, so two clients may write one token: the
-		// README's restore procedure says so. Only overlaps are checked.
+		// restore procedure (docs/concepts-and-safety.md) says so. Only overlaps are checked.
 		problems = nil
 	}
 	ivs, p := intervals(h)
@@ -864,7 +864,7 @@ func checkOrder(h history) []string {
 // restored the owner record while a was held (the restore class): the holder of a keeps its grant
 // until its next renewal fails, up to a renew interval and two request timeouts later, while b's
 // holder may be granted the deleted or restored record at once. That is the documented limit of
-// changing the owner table behind the lock's back (README, "Restoring the keyspace").
+// changing the owner table behind the lock's back (docs/concepts-and-safety.md, "Restoring the keyspace").
 func adminOverlap(h history, a, b interval) bool {
 	if !h.class.restore {
 		return false

@@ -18,7 +18,7 @@ import (
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
-// TestReadinessGateSendsTrafficOnlyToTheHolder runs the README's Deployment on the real node: 3
+// TestReadinessGateSendsTrafficOnlyToTheHolder runs the user guide's Deployment on the real node: 3
 // replicas of the demo app behind a Service, one Blocking lock with the ReadinessGate policy and
 // the recommended rollout settings. Exactly one pod is Ready, the kubelet starts the app
 // containers of the others only once they hold the lock (the sidecar's startup probe), every
@@ -119,7 +119,7 @@ func followLogs(t *testing.T, ctx context.Context, c cluster, ns, pod string) *t
 	return out
 }
 
-// deployDemo creates the workload of the README (batonnode.Workload "demo", 5 s lease) and
+// deployDemo creates the workload of the user guide (batonnode.Workload "demo", 5 s lease) and
 // returns its Service's cluster IP.
 func deployDemo(t *testing.T, ctx context.Context, c cluster, ns string, replicas int32, mode batonv1.LockMode, policy batonv1.TrafficPolicy) string {
 	t.Helper()

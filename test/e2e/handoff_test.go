@@ -54,7 +54,7 @@ type rolloutResult struct {
 // revision.
 //
 // minReadySeconds gives the hand-off time before the Deployment removes the old holder, as the
-// README asks of users. With 3 s, in 50 rollouts the Deployment began deleting the old holder
+// the user guide asks of users. With 3 s, in 50 rollouts the Deployment began deleting the old holder
 // 1.3-3.3 s after the first new pod queued, in 12 of them before the lock had moved (in 5 before
 // the operator marked the old holder): the lock then went to the queue's head at the old holder's
 // shutdown, and moved once only because the old waiters had stepped aside in time (in the ten

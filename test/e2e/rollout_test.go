@@ -16,7 +16,7 @@ import (
 	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
-// TestRolloutRestart: with the README's settings (maxUnavailable 100%) `kubectl rollout restart`
+// TestRolloutRestart: with the user guide's settings (maxUnavailable 100%) `kubectl rollout restart`
 // replaces every pod under ReadinessGate and Blocking, and the lock moves to a pod of the new
 // revision with a larger token; the operator reports RolloutSafe True. With the default maxUnavailable
 // (25%) the operator reports RolloutSafe False, naming the Deployment and the setting.
@@ -66,7 +66,7 @@ func TestRolloutRestart(t *testing.T) {
 	// Never complete, the Deployment is reported as stuck once its progress deadline has passed
 	// (600 s by default; 10 s here): its Progressing condition turns False, reason
 	// ProgressDeadlineExceeded, although nothing is wrong. Alerts on that condition must leave such
-	// Deployments out (the README says so).
+	// Deployments out (the user guide says so).
 	var dep appsv1.Deployment
 	if err := c.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo"}, &dep); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 // Package batonnode is baton on the real node (internal/testing/localnode) as users run it, shared by the
 // end-to-end tests and make demo: the node started with baton's images imported, the chart
-// installed with helm, and the workload the README recommends (a DistributedLock, an annotated
+// installed with helm, and the workload the user guide recommends (a DistributedLock, an annotated
 // Deployment of the demo app and its Service).
 package batonnode
 
@@ -103,7 +103,7 @@ type Chart struct {
 	Timeout time.Duration
 }
 
-// Install runs helm install of the chart into baton-system, as the README says, with the image
+// Install runs helm install of the chart into baton-system, as the user guide says, with the image
 // imported into the node (never pulled) and one operator replica, and waits until the operator is
 // Ready (its webhook serving through its Service). It returns helm's output.
 func Install(ctx context.Context, c Chart) ([]byte, error) {
@@ -139,7 +139,7 @@ func Install(ctx context.Context, c Chart) ([]byte, error) {
 	return out, nil
 }
 
-// Workload describes the demo app deployed the way the README recommends.
+// Workload describes the demo app deployed the way the user guide recommends.
 type Workload struct {
 	Namespace string
 	Name      string // of the DistributedLock, its lock ID, the Deployment and the Service
@@ -158,7 +158,7 @@ type Workload struct {
 }
 
 // Objects returns the workload's DistributedLock; the Deployment of the demo app annotated with
-// it (pulled never, the lock ID in its environment, maxUnavailable 100% as the README's rollout
+// it (pulled never, the lock ID in its environment, maxUnavailable 100% as the user guide's rollout
 // settings say); and a Service in front of it on port 80.
 func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *corev1.Service) {
 	dl := &batonv1.DistributedLock{

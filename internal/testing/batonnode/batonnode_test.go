@@ -16,7 +16,7 @@ import (
 )
 
 // TestWorkloadIsTheRecommendedOne: the objects the end-to-end tests and the demo create are the
-// README's: the pods name the lock, the image is the imported one and is never pulled, the Service
+// the user guide's: the pods name the lock, the image is the imported one and is never pulled, the Service
 // selects the pods, and the operator's own rollout check finds nothing wrong in any mode.
 func TestWorkloadIsTheRecommendedOne(t *testing.T) {
 	for _, mode := range []batonv1.LockMode{batonv1.ModeBlocking, batonv1.ModeTry} {

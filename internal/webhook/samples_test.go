@@ -30,6 +30,7 @@ import (
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
 // samplesDir holds the samples users apply with kubectl apply -k config/samples.
@@ -73,8 +74,9 @@ type sampleSet struct {
 // a singleton CronJob, a Global lock), that the Deployments' rollouts would not stall, and that
 // the Global lock's pods are refused outside the allow-listed namespace.
 //
-// Not covered: the samples' images (busybox) are not pulled or run, and nothing is stored in
-// Cassandra; test/e2e runs workloads on a real node.
+// Not covered: no kubelet or operator runs here, so the samples' images (busybox) are not pulled
+// or run and no lock is taken; the operator's connection policy is asked directly, for an operator
+// with its own Cassandra credentials and the chart's default policy.
 func TestSamplesAreAdmitted(t *testing.T) {
 	c, cs, _, elsewhere := setup(t) // elsewhere: a fresh namespace, not allowed scope Global
 	ctx := ctxT(t)
@@ -95,9 +97,13 @@ func TestSamplesAreAdmitted(t *testing.T) {
 		t.Errorf("kubectl apply -k reported %d objects, the samples have %d:\n%s", n, len(s.objects), out)
 	}
 
-	// 2. The locks for real, so that the webhook finds them (a dry-run object is not stored).
+	// 2. The locks for real, so that the webhook finds them (a dry-run object is not stored), each
+	// with a connection the operator's policy allows (its own webhook asks the policy too).
+	policy := &controllers.PoolSource{Secrets: c, Config: testConfig(), Defaults: cassandrastore.Credentials{Username: "baton", Password: "operator"}}
 	for _, dl := range s.locks {
-		createSampleLock(t, c, dl, samplesNamespace)
+		if err := policy.Refuses(ctx, createSampleLock(t, c, dl, samplesNamespace)); err != nil {
+			t.Errorf("DistributedLock %s: the operator (own credentials, default policy) refuses its connection: %v", dl.Name, err)
+		}
 	}
 
 	// 3. The pods, each admitted and injected as its lock says.
@@ -130,7 +136,7 @@ func TestSamplesAreAdmitted(t *testing.T) {
 		if dl.Spec.Scope != batonv1.ScopeGlobal {
 			continue
 		}
-		createSampleLock(t, c, dl, elsewhere)
+		_ = createSampleLock(t, c, dl, elsewhere)
 		_, err := cs.CoreV1().Pods(elsewhere).Create(ctx, lockPod(dl.Name, elsewhere), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil || !strings.Contains(err.Error(), "scope Global is not allowed") {
 			t.Errorf("a pod of Global DistributedLock %s in namespace %s (not allow-listed): err = %v, want refused for scope Global", dl.Name, elsewhere, err)
@@ -261,9 +267,9 @@ func traffic(dl *batonv1.DistributedLock) batonv1.TrafficPolicy {
 	return cmp.Or(dl.Spec.TrafficPolicy, batonv1.TrafficReadinessGate)
 }
 
-// createSampleLock creates a copy of dl in ns and deletes it when the test ends (no operator runs
-// here, so no finalizer holds it).
-func createSampleLock(t *testing.T, c client.Client, dl *batonv1.DistributedLock, ns string) {
+// createSampleLock creates a copy of dl in ns, returns it, and deletes it when the test ends (no
+// operator runs here, so no finalizer holds it).
+func createSampleLock(t *testing.T, c client.Client, dl *batonv1.DistributedLock, ns string) *batonv1.DistributedLock {
 	t.Helper()
 	obj := dl.DeepCopy()
 	obj.Namespace = ns
@@ -275,6 +281,7 @@ func createSampleLock(t *testing.T, c client.Client, dl *batonv1.DistributedLock
 			t.Errorf("delete DistributedLock %s/%s: %v", ns, obj.Name, err)
 		}
 	})
+	return obj
 }
 
 // lockPod is a minimal pod in ns that asks for the sidecar of the DistributedLock lock.

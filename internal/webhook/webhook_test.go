@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,12 +54,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// testConfig is the operator configuration of the tests: native sidecars, a default store.
+// testConfig is the operator configuration of the tests: native sidecars, a default store, and
+// scope Global allowed only in the samples' namespace (TestSamplesAreAdmitted).
 func testConfig() inject.Config {
 	return inject.Config{
-		Image:          "ghcr.io/baton-dev/baton:test",
-		Cassandra:      batonv1.CassandraConnection{ContactPoints: []string{"cassandra.baton-system:9042"}},
-		NativeSidecars: true,
+		Image:            "ghcr.io/baton-dev/baton:test",
+		Cassandra:        batonv1.CassandraConnection{ContactPoints: []string{"cassandra.baton-system:9042"}},
+		NativeSidecars:   true,
+		GlobalNamespaces: []string{samplesNamespace},
 	}
 }
 
@@ -494,4 +497,19 @@ func TestForgedInjectionIsDenied(t *testing.T) {
 			t.Errorf("patch %s of an injected pod: %v", patch, err)
 		}
 	}
+}
+
+// kubectl runs the real kubectl with args against the test API server and returns what it printed
+// (stdout and stderr together).
+func kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	bin := testenv.Kubectl(t) // fails under CI, skips elsewhere, when kubectl cannot be built
+	kubeconfig := testenv.WriteKubeconfig(t, kube.Config(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+	}
+	return string(out), nil
 }

@@ -76,14 +76,16 @@ func run(ctx context.Context, out io.Writer, dir string, maxSize int64) int {
 		fmt.Fprintf(out, "check-tracked: %v\n", err)
 		return 1
 	}
+	bad := map[string]bool{}
 	for _, p := range problems {
-		fmt.Fprintf(out, "check-tracked: %s\n", p)
+		fmt.Fprintf(out, "check-tracked: %s: %s\n", p.path, p.what)
+		bad[p.path] = true
 	}
 	if len(problems) > 0 {
 		fmt.Fprintf(out, "check-tracked: %d of %d tracked files must not be tracked as they are: build binaries "+
 			"(go build, make build) instead of committing them, keep large data out of git, and drop the "+
 			"executable bit (git update-index --chmod=-x FILE) unless the file is a script on the allow-list "+
-			"in hack/check-tracked/main.go\n", len(problems), len(entries))
+			"in hack/check-tracked/main.go\n", len(bad), len(entries))
 		return 1
 	}
 	fmt.Fprintf(out, "check-tracked: %d tracked files, none over %d bytes, no binary, no executable outside the allow-list\n",
@@ -139,9 +141,12 @@ func indexEntries(ctx context.Context, dir string) ([]entry, error) {
 	return entries, nil
 }
 
+// problem is one thing wrong with one tracked file.
+type problem struct{ path, what string }
+
 // check reads each entry's blob from the object store with one git cat-file process and returns
-// the problems found, one line each, in index order.
-func check(ctx context.Context, dir string, entries []entry, maxSize int64) ([]string, error) {
+// the problems found, in index order.
+func check(ctx context.Context, dir string, entries []entry, maxSize int64) ([]problem, error) {
 	cmd := exec.CommandContext(ctx, "git", "cat-file", "--batch")
 	cmd.Dir = dir
 	var stderr bytes.Buffer
@@ -166,7 +171,7 @@ func check(ctx context.Context, dir string, entries []entry, maxSize int64) ([]s
 		_ = stdin.Close()
 	}()
 	r := bufio.NewReader(stdout)
-	var problems []string
+	var problems []problem
 	for _, e := range entries {
 		size, head, err := readBlob(r, e.blob)
 		if err != nil {
@@ -210,19 +215,22 @@ func readBlob(r *bufio.Reader, blob string) (size int64, head []byte, err error)
 }
 
 // judge returns what is wrong with entry e of the given size whose content starts with head.
-func judge(e entry, size int64, head []byte, maxSize int64) []string {
-	var problems []string
+func judge(e entry, size int64, head []byte, maxSize int64) []problem {
+	var problems []problem
+	add := func(format string, args ...any) {
+		problems = append(problems, problem{e.path, fmt.Sprintf(format, args...)})
+	}
 	if size > maxSize {
-		problems = append(problems, fmt.Sprintf("%s: %d bytes, over the limit of %d", e.path, size, maxSize))
+		add("%d bytes, over the limit of %d", size, maxSize)
 	}
 	if kind := binaryKind(head); kind != "" {
-		problems = append(problems, fmt.Sprintf("%s: %s binary: binaries are built, never tracked", e.path, kind))
+		add("%s binary: binaries are built, never tracked", kind)
 	} else if e.mode == "100755" {
 		switch {
 		case !executableAllowed[e.path]:
-			problems = append(problems, fmt.Sprintf("%s: executable (mode 100755) and not on the allow-list", e.path))
+			add("executable (mode 100755) and not on the allow-list")
 		case !bytes.HasPrefix(head, []byte("#!")):
-			problems = append(problems, fmt.Sprintf("%s: on the allow-list of executables but no script: it has no #! line", e.path))
+			add("on the allow-list of executables but no script: it has no #! line")
 		}
 	}
 	return problems

@@ -122,7 +122,7 @@ func (b *Builder) Resolve(ctx context.Context, what, expect string, resolve func
 	if expect == "" {
 		expect = DefaultResolveExpect
 	}
-	return Step{
+	err := Step{
 		Prefix:   b.Prefix,
 		What:     "resolving " + what,
 		Expect:   "go mod download and tidy print nothing; " + expect,
@@ -130,6 +130,10 @@ func (b *Builder) Resolve(ctx context.Context, what, expect string, resolve func
 		Progress: b.Progress,
 		Timeout:  ResolveTimeout,
 	}.Run(ctx, resolve)
+	if err != nil {
+		return fmt.Errorf("%s: %w", b.Prefix, err)
+	}
+	return nil
 }
 
 // Go runs the go command in dir and returns its stdout. Its stderr goes to

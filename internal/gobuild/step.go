@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -55,11 +56,13 @@ func (e *TimeoutError) Error() string { return "no result within " + human(e.Aft
 // Run runs attempt until it succeeds, the attempts are used up, or ctx ends, with the lines and
 // timeouts described at Step. Each attempt gets a context that ends at its timeout. The error of
 // a step given up wraps the last attempt's error (a *TimeoutError for one that timed out); a
-// step stopped by ctx returns an error wrapping ctx's.
+// step stopped by ctx returns an error wrapping ctx's. Errors start with What, not Prefix: the
+// caller adds its own package's prefix. The line of a failed attempt that is tried again has the
+// first line of its error only; the error Run returns has all of it.
 func (s Step) Run(ctx context.Context, attempt func(ctx context.Context) error) error {
 	s = s.withDefaults()
 	if s.Timeout <= 0 {
-		return fmt.Errorf("%s: %s: gobuild.Step needs a timeout", s.Prefix, s.What)
+		return fmt.Errorf("%s: gobuild.Step needs a timeout", s.What)
 	}
 	start := s.Clock.Now()
 	expect := ""
@@ -79,18 +82,18 @@ func (s Step) Run(ctx context.Context, attempt func(ctx context.Context) error) 
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %s: %w", s.Prefix, s.What, err)
+			return fmt.Errorf("%s: %w", s.What, err)
 		}
 		if i == s.Attempts {
 			break
 		}
 		pause := s.Backoff << (i - 1)
 		again := s.Clock.After(pause) // before the line: a test that reads it may move the clock
-		fmt.Fprintf(s.Progress, "%s: %s: attempt %d of %d failed: %v; trying again in %s\n",
-			s.Prefix, s.What, i, s.Attempts, err, human(pause))
+		fmt.Fprintf(s.Progress, "%s: %s: attempt %d of %d failed: %s; trying again in %s\n",
+			s.Prefix, s.What, i, s.Attempts, firstLine(err), human(pause))
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %s: %w (after attempt %d failed: %w)", s.Prefix, s.What, ctx.Err(), i, err)
+			return fmt.Errorf("%s: %w (after attempt %d failed: %w)", s.What, ctx.Err(), i, err)
 		case <-again:
 		}
 	}
@@ -98,7 +101,7 @@ func (s Step) Run(ctx context.Context, attempt func(ctx context.Context) error) 
 	if s.Hint != "" {
 		hint = "; " + s.Hint
 	}
-	return fmt.Errorf("%s: %s: gave up after %s in %s%s: %w", s.Prefix, s.What, attempts(s.Attempts),
+	return fmt.Errorf("%s: gave up after %s in %s%s: %w", s.What, attempts(s.Attempts),
 		round(s.Clock.Since(start)), hint, err)
 }
 
@@ -157,6 +160,15 @@ func human(d time.Duration) string {
 		return fmt.Sprintf("%dm", d/time.Minute)
 	}
 	return round(d).String()
+}
+
+// firstLine returns the first line of err's message, with "(...)" if there are more.
+func firstLine(err error) string {
+	msg := err.Error()
+	if first, _, more := strings.Cut(msg, "\n"); more {
+		return strings.TrimSuffix(first, ":") + " (...)"
+	}
+	return msg
 }
 
 // attempts writes "1 attempt", "3 attempts".

@@ -146,24 +146,26 @@ func TestStepTimeoutThenRetry(t *testing.T) {
 }
 
 func TestStepGivesUp(t *testing.T) {
-	refused := errors.New("dial tcp: connection refused")
+	refused := errors.New("go mod download failed:\ndial tcp: connection refused")
 	r := startStep(t, Step{What: "resolving helm v3.22.0's modules", Timeout: time.Minute, Attempts: 3, Backoff: 5 * time.Second,
 		Hint: "check that go env GOPROXY can be reached"}, func(ctx context.Context, n int) error {
 		return refused
 	})
 	r.line("localkube: resolving helm")
 	r.attemptStarted(1)
-	r.line("localkube: resolving helm v3.22.0's modules: attempt 1 of 3 failed: dial tcp: connection refused; trying again in 5s")
+	// An attempt's line has the first line of its error; the error returned has all of it.
+	r.line("localkube: resolving helm v3.22.0's modules: attempt 1 of 3 failed: go mod download failed (...); trying again in 5s\n")
 	r.clock.Step(5 * time.Second)
 	r.attemptStarted(2)
-	r.line("localkube: resolving helm v3.22.0's modules: attempt 2 of 3 failed: dial tcp: connection refused; trying again in 10s")
+	r.line("localkube: resolving helm v3.22.0's modules: attempt 2 of 3 failed: go mod download failed (...); trying again in 10s\n")
 	r.clock.Step(10 * time.Second)
 	r.attemptStarted(3)
 	err := r.end()
 	if !errors.Is(err, refused) {
 		t.Fatalf("Run = %v, want it to wrap the last attempt's error", err)
 	}
-	want := "localkube: resolving helm v3.22.0's modules: gave up after 3 attempts in 15s; check that go env GOPROXY can be reached: dial tcp: connection refused"
+	want := "resolving helm v3.22.0's modules: gave up after 3 attempts in 15s; check that go env GOPROXY can be reached: " +
+		"go mod download failed:\ndial tcp: connection refused"
 	if err.Error() != want {
 		t.Errorf("Run = %q\nwant  %q", err, want)
 	}
@@ -183,7 +185,7 @@ func TestStepTimeoutErrorOnLastAttempt(t *testing.T) {
 	if !errors.As(err, &te) || te.After != time.Minute {
 		t.Fatalf("Run = %v, want a *TimeoutError after 1m", err)
 	}
-	if want := "localkube: installing runc: gave up after 1 attempt in 1m0s: no result within 1m"; err.Error() != want {
+	if want := "installing runc: gave up after 1 attempt in 1m0s: no result within 1m"; err.Error() != want {
 		t.Errorf("Run = %q\nwant  %q", err, want)
 	}
 }

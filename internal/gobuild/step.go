@@ -82,7 +82,10 @@ func (s Step) Run(ctx context.Context, attempt func(ctx context.Context) error) 
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", s.What, err)
+			if errors.Is(err, ctx.Err()) {
+				return fmt.Errorf("%s: %w", s.What, err)
+			}
+			return fmt.Errorf("%s: %w: %w", s.What, ctx.Err(), err)
 		}
 		if i == s.Attempts {
 			break

@@ -199,7 +199,7 @@ func TestStepStopsWithItsContext(t *testing.T) {
 		result <- Step{What: "fetching", Timeout: time.Minute, Clock: clock}.Run(ctx, func(ctx context.Context) error {
 			close(started)
 			<-ctx.Done()
-			return ctx.Err()
+			return errors.New("mvn: signal: killed") // what a killed command says: not ctx's error
 		})
 	}()
 	<-started

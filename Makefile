@@ -106,6 +106,8 @@ check: check-generated check-boundary lint vulncheck ## gofmt, go vet, staticche
 	@grep -qF 'RUN $(BUILD)' Dockerfile || { echo "Dockerfile must build with: RUN $(BUILD)"; exit 1; }
 	@$(GO) run ./hack/chartdoc -chart $(CHART_DIR) -check
 	@$(GO) run ./hack/apidoc -check
+	@# No binary, no executable outside a short allow-list, no file over 1 MiB tracked.
+	@$(GO) run ./hack/check-tracked
 
 # The line between product and test code: the shipped binaries (cmd/...) must not depend on a
 # test rig (internal/testing/...) or a suite (test/...), directly or through another package.

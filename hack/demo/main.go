@@ -33,9 +33,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -71,23 +73,60 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo: -pods must be 3 to 10 and -lease 1s to 1m; no arguments")
 		os.Exit(2)
 	}
+	logs, err := openLog(filepath.Join(os.TempDir(), "baton-demo.log"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+	routeLibraryLogs(logs.log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
+	err = run(ctx, o, os.Stdout, logs)
+	stop()
+	_ = logs.file.Close()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
 }
 
+// demoLog is where the demo's components log: one JSON object a line in a file, apart from the
+// story on stdout.
+type demoLog struct {
+	log  logr.Logger
+	file *os.File
+	path string
+}
+
+// openLog creates (or truncates) the log file at path and a logger writing to it. The file is
+// not synced: a crash may lose its last lines.
+func openLog(path string) (demoLog, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return demoLog{}, fmt.Errorf("demo log: %w", err)
+	}
+	log := funcr.NewJSON(func(s string) { fmt.Fprintln(f, s) }, funcr.Options{LogTimestamp: true}) // one write a line
+	return demoLog{log: log, file: f, path: path}, nil
+}
+
+// routeLibraryLogs points the package-level loggers of controller-runtime and client-go (klog) at
+// log. Without it controller-runtime prints a goroutine dump to stderr ("log.SetLogger(...) was
+// never called") when its client is first made 30 s or more after the process started, and
+// client-go prints its warnings to stderr, in the middle of the demo's story. Called once, from
+// main, as cmd/operator does; it changes process-wide state.
+func routeLibraryLogs(log logr.Logger) {
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+}
+
 // run runs the demo on the real node, or with the node agent when asked to or when this machine
 // cannot run a node.
-func run(ctx context.Context, o options, out io.Writer) error {
+func run(ctx context.Context, o options, out io.Writer, logs demoLog) error {
 	if !o.nodeAgent {
 		node := o
 		if node.pods == 0 {
 			node.pods = 3
 		}
-		err := runNode(ctx, node, out)
+		err := runNode(ctx, node, out, logs)
 		if !errors.Is(err, errNoNode) {
 			return err
 		}
@@ -96,20 +135,13 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.pods == 0 {
 		o.pods = 4
 	}
-	return runAgent(ctx, o, out)
+	return runAgent(ctx, o, out, logs)
 }
 
 // runAgent is the demo with the node agent in place of the kubelet.
-func runAgent(ctx context.Context, o options, out io.Writer) error {
-	logPath := filepath.Join(os.TempDir(), "baton-demo.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	log := funcr.NewJSON(func(s string) { fmt.Fprintln(logFile, s) }, funcr.Options{LogTimestamp: true})
-	ctrl.SetLogger(log) // controller-runtime's package-level logger, as cmd/operator sets it
-	fmt.Fprintf(out, "baton demo: %d pods share one lock through the operator and its sidecars (logs: %s)\n\n", o.pods, logPath)
+func runAgent(ctx context.Context, o options, out io.Writer, logs demoLog) error {
+	log, logFile := logs.log, logs.file
+	fmt.Fprintf(out, "baton demo: %d pods share one lock through the operator and its sidecars (logs: %s)\n\n", o.pods, logs.path)
 
 	// Everything is installed before anything starts, each step reporting whether it reused the
 	// cache and how long it took.

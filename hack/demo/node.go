@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,10 +39,11 @@ var errNoNode = errors.New("the real node is unavailable")
 // runNode is the demo on the real node: the chart installed with helm, a Deployment of the demo
 // app whose pods the kubelet runs with containerd and runc, and a client calling its Service
 // through kube-proxy, printing who answered, while the lock changes hands three ways.
-func runNode(ctx context.Context, o options, out io.Writer) error {
+func runNode(ctx context.Context, o options, out io.Writer, logs demoLog) error {
 	start := time.Now()
 	fmt.Fprintf(out, "baton demo on a real node: the kubelet runs %d pods of the demo app with containerd and runc, the operator\n"+
-		"injects the sidecar, and a client calls their Service through kube-proxy. Only the lock holder is Ready, so only it answers.\n\n", o.pods)
+		"injects the sidecar, and a client calls their Service through kube-proxy. Only the lock holder is Ready, so only it answers.\n"+
+		"(logs: %s)\n\n", o.pods, logs.path)
 	if err := localnode.CheckHost(); err != nil {
 		return fmt.Errorf("%w: %v", errNoNode, err)
 	}
@@ -85,7 +87,7 @@ func runNode(ctx context.Context, o options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "setup: operator Ready %s after helm install began\n", time.Since(installed).Round(100*time.Millisecond))
 
-	c, err := newClient(node)
+	c, err := newClient(node, logs.log.WithName("client"))
 	if err != nil {
 		return err
 	}
@@ -101,12 +103,13 @@ func runNode(ctx context.Context, o options, out io.Writer) error {
 	return nil
 }
 
-func newClient(node *localnode.Node) (client.Client, error) {
+// newClient returns a client of the node's API server that logs to log.
+func newClient(node *localnode.Node, log logr.Logger) (client.Client, error) {
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), batonv1.AddToScheme(scheme)); err != nil {
 		return nil, err
 	}
-	return client.New(node.Config, client.Options{Scheme: scheme})
+	return client.New(node.Config, client.Options{Scheme: scheme, Log: log})
 }
 
 type nodeDemo struct {

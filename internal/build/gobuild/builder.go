@@ -105,13 +105,35 @@ func (b *Builder) Heartbeat(what string, start time.Time, every time.Duration) (
 	}
 }
 
-// Resolving prints that the go command is about to download and resolve
-// what (silent for as long as the module cache lacks it) and returns a
-// function that prints how long that took.
-func (b *Builder) Resolving(what string) (done func()) {
-	start := time.Now()
-	fmt.Fprintf(b.Progress, "%s: resolving %s (go mod download and tidy print nothing; up to half a minute with an empty module cache)...\n", b.Prefix, what)
-	return func() { fmt.Fprintf(b.Progress, "%s: resolved %s in %s\n", b.Prefix, what, Since(start)) }
+// ResolveTimeout bounds one attempt at resolving a build module's dependencies (go mod download
+// and tidy). It is long enough for Kubernetes' module graph on a slow link; a stalled download
+// is given up after it and tried again (see Step).
+const ResolveTimeout = 10 * time.Minute
+
+// DefaultResolveExpect is how long resolving takes, for a module not measured on its own.
+const DefaultResolveExpect = "seconds with a full module cache, minutes with an empty one on a slow link"
+
+// Resolve runs resolve, which downloads and resolves what with the go command (go mod download
+// and tidy print nothing while they fetch modules), as a Step: a line when it starts and each
+// minute while it runs, an attempt given up after ResolveTimeout, 3 attempts in all. expect says
+// how long it takes, for the first line (DefaultResolveExpect if empty). resolve must start
+// afresh each time it is called.
+func (b *Builder) Resolve(ctx context.Context, what, expect string, resolve func(ctx context.Context) error) error {
+	if expect == "" {
+		expect = DefaultResolveExpect
+	}
+	err := Step{
+		Prefix:   b.Prefix,
+		What:     "resolving " + what,
+		Expect:   "go mod download and tidy print nothing; " + expect,
+		Hint:     "check that the Go module proxy (go env GOPROXY) can be reached; the build log has the go commands' output",
+		Progress: b.Progress,
+		Timeout:  ResolveTimeout,
+	}.Run(ctx, resolve)
+	if err != nil {
+		return fmt.Errorf("%s: %w", b.Prefix, err)
+	}
+	return nil
 }
 
 // Go runs the go command in dir and returns its stdout. Its stderr goes to

@@ -17,7 +17,11 @@
 // GOFLAGS=-mod=mod -buildvcs=false and GOWORK=off, so that neither a vendor
 // directory nor a go.work above the cache interferes. go build prints
 // nothing while it compiles, so a [Builder] prints a line when each step
-// starts and ends and a heartbeat line every minute in between.
+// starts and ends and a heartbeat line every minute in between. Steps that
+// wait on the network (go mod download and tidy; localcassandra's Maven and
+// localnode's apt-get use it too) run as a [Step]: the same lines, and an
+// attempt given up after a bounded time and tried again, so that a stalled
+// download ends in an error that says what to check rather than silence.
 //
 // What it does not do: it never removes old versions from the cache, never
 // checks a binary beyond its stamp and file mode, and relies on the Go

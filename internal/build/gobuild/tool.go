@@ -41,6 +41,9 @@ type Tool struct {
 	LDFlags func(ctx context.Context, b *Builder, src string) (string, error)
 	// Env is added to the environment of every go command (see Builder.Env).
 	Env []string
+	// ResolveExpect says how long resolving the module's dependencies takes, for the progress
+	// line. Default: DefaultResolveExpect.
+	ResolveExpect string
 }
 
 // BinDir is the directory holding the tool's binaries.
@@ -154,18 +157,22 @@ func Install(ctx context.Context, o Options, t Tool) (binDir string, err error) 
 }
 
 func (t Tool) build(ctx context.Context, b *Builder, src string) error {
-	resolving := b.Resolving(t.Name + " " + t.Version + "'s modules")
-	goMod, err := t.GoMod(ctx, b, src)
+	err := b.Resolve(ctx, t.Name+" "+t.Version+"'s modules", t.ResolveExpect, func(ctx context.Context) error {
+		goMod, err := t.GoMod(ctx, b, src)
+		if err != nil {
+			return err
+		}
+		if err := b.WriteFiles(src, map[string]string{"go.mod": goMod}); err != nil {
+			return err
+		}
+		if _, err := b.Go(ctx, src, "mod", "tidy"); err != nil {
+			return fmt.Errorf("%s: go mod tidy of the %s build module: %w", b.Prefix, t.Name, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if err := b.WriteFiles(src, map[string]string{"go.mod": goMod}); err != nil {
-		return err
-	}
-	if _, err := b.Go(ctx, src, "mod", "tidy"); err != nil {
-		return fmt.Errorf("%s: go mod tidy of the %s build module: %w", b.Prefix, t.Name, err)
-	}
-	resolving()
 	var ldflags string
 	if t.LDFlags != nil {
 		if ldflags, err = t.LDFlags(ctx, b, src); err != nil {

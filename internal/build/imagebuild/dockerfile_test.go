@@ -122,7 +122,9 @@ func ignored(t *testing.T, patterns []string, rel string) bool {
 
 func TestDockerignore(t *testing.T) {
 	patterns := dockerignore(t)
-	for _, rel := range []string{".git/HEAD", "_out/images.tar", "bin/sidecar", "docs/bench/compare.json", "sidecar.test", "cpu.prof"} {
+	for _, rel := range []string{".git/HEAD", "_out/images.tar", "bin/sidecar", "docs/bench/compare.json", "sidecar.test", "cpu.prof",
+		"README.md", "hack/demo/main.go", "test/e2e/node_test.go", "internal/testing/localnode/node.go",
+		"internal/inject/testdata/cronjob.yaml", "lock/locker_test.go", "lock/cassandrastore/store_test.go"} {
 		if !ignored(t, patterns, rel) {
 			t.Errorf(".dockerignore lets %s into the build context", rel)
 		}

@@ -12,7 +12,9 @@
 //
 // A stamp file (.installed) is written only after every jar is in place, so an
 // interrupted install is redone on the next call and a finished one is a
-// no-op. Concurrent installs are serialised with a file lock. A JDK 17+ `java`
+// no-op. Concurrent installs are serialised with a file lock. mvn prints
+// nothing while it downloads, so Install prints a line each minute, gives an
+// attempt up after 10 minutes and tries again (3 attempts). A JDK 17+ `java`
 // (JAVA_HOME/bin/java or the one on PATH) and `mvn` are required.
 //
 // # Running nodes

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/build/gobuild"
 	"github.com/baton-dev/baton/internal/testing/filelock"
 )
 
@@ -98,35 +99,27 @@ func install(ctx context.Context, cfg Config, reportCached bool) (libDir string,
 		return "", fmt.Errorf("localcassandra: Maven (%s) not found: install Maven 3 (e.g. apt-get install maven) so Cassandra's jars can be fetched from Maven Central: %w", mvn, err)
 	}
 
-	start := time.Now()
 	logPath := filepath.Join(dir, "install.log")
-	fmt.Fprintf(cfg.Progress, "cassandra: installing Cassandra %s and its runtime jars from Maven Central into %s "+
-		"(mvn prints nothing until it is done, about 20 seconds with an empty ~/.m2; log %s)...\n", cfg.Version, dir, logPath)
+	_ = os.Remove(logPath) // each attempt appends to a fresh log
 	_ = os.Remove(filepath.Join(dir, stampFile))
-	tmpLib := filepath.Join(dir, "lib.tmp")
-	for _, d := range []string{tmpLib, libDir} {
-		if err := os.RemoveAll(d); err != nil {
-			return "", fmt.Errorf("localcassandra: install: %w", err)
-		}
+	if err := os.RemoveAll(libDir); err != nil {
+		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
 	pom := filepath.Join(dir, "pom.xml")
 	if err := os.WriteFile(pom, fmt.Appendf(nil, pomTemplate, cfg.Version), 0o644); err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
-	logFile, err := os.Create(logPath)
+	tmpLib := filepath.Join(dir, "lib.tmp")
+	err = gobuild.Step{
+		Prefix:   "cassandra",
+		What:     "installing Cassandra " + cfg.Version + " from Maven Central",
+		Expect:   "its runtime jars into " + dir + "; mvn prints nothing until it is done, about a minute with an empty ~/.m2; log " + logPath,
+		Hint:     "check that Maven Central can be reached (a proxy goes in ~/.m2/settings.xml), and see " + logPath,
+		Progress: cfg.Progress,
+		Timeout:  mavenTimeout,
+	}.Run(ctx, func(ctx context.Context) error { return fetchJars(ctx, mvnPath, dir, pom, tmpLib, logPath) })
 	if err != nil {
-		return "", fmt.Errorf("localcassandra: install: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, mvnPath, "-B", "--no-transfer-progress", "-f", pom,
-		dependencyPlugin+":copy-dependencies",
-		"-DincludeScope=runtime", "-DoutputDirectory="+tmpLib)
-	cmd.Dir = dir
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	runErr := cmd.Run()
-	_ = logFile.Close()
-	if runErr != nil {
-		return "", fmt.Errorf("localcassandra: mvn dependency:copy-dependencies failed (log %s):\n%s\n%w", logPath, tailFile(logPath, 30), runErr)
+		return "", fmt.Errorf("localcassandra: %w", err)
 	}
 	for _, want := range []string{"cassandra-all-" + cfg.Version + ".jar", "jamm-*.jar", "netty-all-*.jar"} {
 		if m, _ := filepath.Glob(filepath.Join(tmpLib, want)); len(m) == 0 {
@@ -143,8 +136,41 @@ func install(ctx context.Context, cfg Config, reportCached bool) (libDir string,
 	if err := os.Rename(stampTmp, filepath.Join(dir, stampFile)); err != nil {
 		return "", fmt.Errorf("localcassandra: install: %w", err)
 	}
-	fmt.Fprintf(cfg.Progress, "cassandra: installed Cassandra %s in %s\n", cfg.Version, since(start))
 	return libDir, nil
+}
+
+// mavenTimeout bounds one attempt at fetching Cassandra's jars, which took 71 s with an empty
+// local repository on this project's 2-core machine (hack/cassandra install with
+// MAVEN_OPTS=-Dmaven.repo.local=<empty dir>): a stalled download is given up well after that, and
+// tried again.
+const mavenTimeout = 10 * time.Minute
+
+// fetchJars runs mvn once to copy Cassandra's runtime jars into tmpLib, afresh, logging to
+// logPath (appended to: the log keeps every attempt).
+func fetchJars(ctx context.Context, mvn, dir, pom, tmpLib, logPath string) error {
+	if err := os.RemoveAll(tmpLib); err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	defer logFile.Close()
+	cmd := exec.CommandContext(ctx, mvn, "-B", "--no-transfer-progress", "-Dstyle.color=never", "-f", pom,
+		dependencyPlugin+":copy-dependencies",
+		"-DincludeScope=runtime", "-DoutputDirectory="+tmpLib)
+	cmd.Dir = dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.WaitDelay = 10 * time.Second
+	fmt.Fprintf(logFile, "+ %s\n", strings.Join(cmd.Args, " "))
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("mvn dependency:copy-dependencies: %w", context.Cause(ctx))
+		}
+		return fmt.Errorf("mvn dependency:copy-dependencies failed (log %s):\n%s\n%w", logPath, tailFile(logPath, 10), err)
+	}
+	return nil
 }
 
 func installed(dir, version string) bool {
@@ -200,9 +226,13 @@ func tailFile(path string, n int) string {
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", path, err)
 	}
+	b = ansiEscape.ReplaceAll(b, nil) // mvn resets colours even in batch mode
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
 }
+
+// ansiEscape matches a terminal's colour and style sequences.
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")

@@ -33,6 +33,11 @@ const (
 	prefix     = "localkube"
 	kubeModule = "k8s.io/kubernetes"
 	etcdModule = "go.etcd.io/etcd/server/v3"
+
+	// kubeResolveExpect is how long resolving k8s.io/kubernetes' modules takes: 52 s with an
+	// empty module cache on this project's 2-core machine (hack/kube install with GOMODCACHE
+	// pointing at an empty directory); the first report of a slow link was 10 minutes.
+	kubeResolveExpect = "about a minute with an empty module cache on a fast link, several on a slow one"
 )
 
 // Binary names in the directory Install returns.
@@ -230,28 +235,32 @@ func main() { etcdmain.Main(os.Args) }
 `
 
 func buildKube(ctx context.Context, b *gobuild.Builder, src string) error {
-	resolving := b.Resolving(kubeModule + "@" + KubernetesVersion + " and its staging modules")
-	upstream, err := b.UpstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
+	err := b.Resolve(ctx, kubeModule+"@"+KubernetesVersion+" and its staging modules", kubeResolveExpect, func(ctx context.Context) error {
+		upstream, err := b.UpstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
+		if err != nil {
+			return err
+		}
+		goMod, err := kubeGoMod(upstream)
+		if err != nil {
+			return err
+		}
+		files := map[string]string{
+			"go.mod": goMod,
+			filepath.Join("cmd", KubeAPIServer, "main.go"):         fmt.Sprintf(kubeMainTemplate, KubeAPIServer, "NewAPIServerCommand"),
+			filepath.Join("cmd", KubeControllerManager, "main.go"): fmt.Sprintf(kubeMainTemplate, KubeControllerManager, "NewControllerManagerCommand"),
+		}
+		if err := b.WriteFiles(src, files); err != nil {
+			return err
+		}
+		// Both commands are imported before tidy so that go.sum covers both.
+		if _, err := b.Go(ctx, src, "mod", "tidy"); err != nil {
+			return fmt.Errorf("localkube: go mod tidy of the kube build module: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	goMod, err := kubeGoMod(upstream)
-	if err != nil {
-		return err
-	}
-	files := map[string]string{
-		"go.mod": goMod,
-		filepath.Join("cmd", KubeAPIServer, "main.go"):         fmt.Sprintf(kubeMainTemplate, KubeAPIServer, "NewAPIServerCommand"),
-		filepath.Join("cmd", KubeControllerManager, "main.go"): fmt.Sprintf(kubeMainTemplate, KubeControllerManager, "NewControllerManagerCommand"),
-	}
-	if err := b.WriteFiles(src, files); err != nil {
-		return err
-	}
-	// Both commands are imported before tidy so that go.sum covers both.
-	if _, err := b.Go(ctx, src, "mod", "tidy"); err != nil {
-		return fmt.Errorf("localkube: go mod tidy of the kube build module: %w", err)
-	}
-	resolving()
 	ldflags := versionLDFlags()
 	// kube-controller-manager shares most packages with kube-apiserver, so it
 	// is much quicker once those are in the Go build cache.
@@ -266,14 +275,18 @@ func buildEtcd(ctx context.Context, b *gobuild.Builder, src string) error {
 		"go.mod":  fmt.Sprintf("module baton.local/localkube/etcd\n\nrequire %s %s\n", etcdModule, EtcdVersion),
 		"main.go": etcdMain,
 	}
-	resolving := b.Resolving(etcdModule + "@" + EtcdVersion)
-	if err := b.WriteFiles(src, files); err != nil {
+	err := b.Resolve(ctx, etcdModule+"@"+EtcdVersion, "", func(ctx context.Context) error {
+		if err := b.WriteFiles(src, files); err != nil {
+			return err
+		}
+		if _, err := b.Go(ctx, src, "mod", "tidy"); err != nil {
+			return fmt.Errorf("localkube: go mod tidy of the etcd build module: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	if _, err := b.Go(ctx, src, "mod", "tidy"); err != nil {
-		return fmt.Errorf("localkube: go mod tidy of the etcd build module: %w", err)
-	}
-	resolving()
 	return b.GoBuild(ctx, src, gobuild.Command{Name: Etcd, Pkg: ".", Version: EtcdVersion, Expect: "under a minute"})
 }
 

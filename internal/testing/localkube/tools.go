@@ -127,6 +127,8 @@ func kubeCmdTool(cfg Config, name, expect string) gobuild.Tool {
 		Dir:      cfg.versionDir(),
 		Stamp:    fmt.Sprintf("%s=%s staging=%s recipe=%s\n", name, KubernetesVersion, StagingVersion, toolRecipe),
 		Commands: []gobuild.Command{{Name: name, Pkg: pkg, Expect: expect}},
+		// The same module graph as the control plane's: seconds once that is in the module cache.
+		ResolveExpect: kubeResolveExpect,
 		GoMod: func(ctx context.Context, b *gobuild.Builder, src string) (string, error) {
 			upstream, err := b.UpstreamGoMod(ctx, src, kubeModule, KubernetesVersion)
 			if err != nil {

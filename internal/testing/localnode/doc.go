@@ -46,8 +46,10 @@
 // report CNIPluginsVersion. Each build holds its directory's file lock and
 // writes its stamp last, so Install is safe from several processes at once
 // and a build cut short is redone. Install prints a line at the start and
-// end of every step, a heartbeat each minute while go build is silent, and
-// one line per component on a cache hit. With the control plane already
+// end of every step, a heartbeat each minute while go build, go mod download
+// or apt-get is silent, and one line per component on a cache hit; a module
+// download or apt-get attempt that stalls is given up after a bounded time
+// and tried again (gobuild.Step). With the control plane already
 // built (as `make install-deps` does first), all of it takes three to four
 // minutes on two cores; with an empty Go build cache about eight.
 // [Installed] reports the paths without building or installing anything.

@@ -389,28 +389,44 @@ func installPackages(ctx context.Context, cfg Config) (map[string]string, error)
 	}
 	defer logFile.Close()
 
-	start := time.Now()
-	fmt.Fprintf(cfg.Progress, "localnode: installing the Debian packages %s with apt-get (log %s)...\n", list, logPath)
-	b := &gobuild.Builder{Prefix: prefix, Progress: cfg.Progress}
-	stop := b.Heartbeat("installing "+list, start, gobuild.HeartbeatEvery)
-	defer stop()
-	install := append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)
-	out, err := runAptGet(ctx, aptGet, logFile, install...)
-	if err != nil && aptListsMissing(out) {
-		fmt.Fprintf(cfg.Progress, "localnode: apt-get knows no %s yet; running apt-get update first\n", list)
-		if _, err := runAptGet(ctx, aptGet, logFile, "update"); err != nil {
-			return paths, fmt.Errorf("localnode: apt-get update: %w (log %s)", err, logPath)
-		}
-		out, err = runAptGet(ctx, aptGet, logFile, install...)
-	}
+	err = gobuild.Step{
+		Prefix:   prefix,
+		What:     "installing the Debian packages " + list + " with apt-get",
+		Expect:   "log " + logPath,
+		Hint:     "check that the package mirrors in /etc/apt/sources.list* can be reached, and see " + logPath,
+		Progress: cfg.Progress,
+		Timeout:  aptTimeout,
+	}.Run(ctx, func(ctx context.Context) error { return aptInstall(ctx, cfg.Progress, aptGet, logFile, pkgs) })
 	if err != nil {
-		return paths, fmt.Errorf("localnode: apt-get install %s: %w\n%s(log %s)", list, err, lastLines(out, 10), logPath)
+		return paths, fmt.Errorf("localnode: %w", err)
 	}
 	if paths, pkgs = missingHostCommands(); len(pkgs) > 0 {
 		return paths, fmt.Errorf("localnode: apt-get installed %s, but their commands are still not found in PATH or %s (log %s)", list, strings.Join(sbinDirs, ", "), logPath)
 	}
-	fmt.Fprintf(cfg.Progress, "localnode: installed %s in %s\n", list, gobuild.Since(start))
 	return paths, nil
+}
+
+// aptTimeout bounds one attempt at installing the packages (apt-get update included): beyond
+// aptLockTimeout waiting for another apt-get, a few megabytes to download.
+const aptTimeout = aptLockTimeout + 5*time.Minute
+
+// aptInstall installs pkgs with apt-get, first updating the package lists if apt-get knows none
+// of them (a fresh container has no lists), logging to log.
+func aptInstall(ctx context.Context, progress io.Writer, aptGet string, log io.Writer, pkgs []string) error {
+	list := strings.Join(pkgs, " ")
+	install := append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)
+	out, err := runAptGet(ctx, aptGet, log, install...)
+	if err != nil && aptListsMissing(out) {
+		fmt.Fprintf(progress, "localnode: apt-get knows no %s yet; running apt-get update first\n", list)
+		if _, err := runAptGet(ctx, aptGet, log, "update"); err != nil {
+			return fmt.Errorf("apt-get update: %w", err)
+		}
+		out, err = runAptGet(ctx, aptGet, log, install...)
+	}
+	if err != nil {
+		return fmt.Errorf("apt-get install %s: %w\n%s", list, err, strings.TrimSuffix(lastLines(out, 10), "\n"))
+	}
+	return nil
 }
 
 // runAptGet runs apt-get non-interactively, waiting for the package

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/baton-dev/baton/internal/testing/filelock"
+	"github.com/baton-dev/baton/internal/testing/freeport"
 	"github.com/baton-dev/baton/internal/testing/localkube"
 )
 
@@ -506,12 +507,11 @@ func nodeReady(client kubernetes.Interface) func(context.Context) error {
 }
 
 func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	p, err := freeport.Port(host)
 	if err != nil {
 		return 0, fmt.Errorf("localnode: a free port on %s: %w", host, err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p, nil
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }

@@ -135,7 +135,7 @@ func (f *fakeService) subscribers() int {
 // waitSubscribed waits until n event subscriptions are open.
 func (f *fakeService) waitSubscribed(n int) {
 	f.t.Helper()
-	eventually(f.t, 10*time.Second, func() bool { return f.subscribers() >= n }, "event subscriptions to open")
+	testenv.WaitFor(f.t, "event subscriptions to open", 10*time.Second, func() bool { return f.subscribers() >= n })
 }
 
 // push sends ev to every subscriber.
@@ -281,16 +281,4 @@ func runCLI(t *testing.T, inv *invocation) *invocation {
 	t.Helper()
 	start(t, inv).wait(t, time.Minute)
 	return inv
-}
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/baton-dev/baton/internal/suspendclock"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
@@ -218,7 +219,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 			inv := start(t, &invocation{args: args})
 			f.waitSubscribed(1)
 			if tc.cmd[0] == "sh" {
-				eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+				testenv.WaitFor(t, "the child to start", 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") })
 			}
 			begin := time.Now()
 			tc.lose(f)
@@ -299,7 +300,7 @@ func TestRunForwardsSignals(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	inv := start(t, &invocation{sigs: sigs, args: []string{"run", "--socket", sock, "--lock", "orders", "--",
 		"sh", "-c", `trap 'echo got INT; exit 7' INT; echo ready; while :; do sleep 0.05; done`}})
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	testenv.WaitFor(t, "the child to start", 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") })
 	sigs <- syscall.SIGINT
 	if code := inv.wait(t, 10*time.Second); code != 7 {
 		t.Fatalf("exit %d, want the child's 7; stderr: %s", code, inv.stderr.String())
@@ -424,7 +425,7 @@ func TestRunKillsWhatTheChildLeftBehind(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child printed %q", inv.stdout.String())
 	}
-	eventually(t, 10*time.Second, func() bool { return !running(pid) }, "the left-behind sleep to be gone")
+	testenv.WaitFor(t, "the left-behind sleep to be gone", 10*time.Second, func() bool { return !running(pid) })
 	if !strings.Contains(inv.stderr.String(), "left processes in its group; killed them before giving the lock back") {
 		t.Errorf("stderr = %q, want it to say what was killed", inv.stderr.String())
 	}
@@ -589,7 +590,7 @@ func TestRunThroughASidecarCountsSuspendedTime(t *testing.T) {
 	t.Cleanup(func() { close(frozen) }) // before the server closes
 	inv := start(t, &invocation{clock: clk, args: []string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--",
 		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}})
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	testenv.WaitFor(t, "the child to start", 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") })
 	resumed.Store(true)
 	s.suspend(time.Hour)
 	at := time.Now()
@@ -620,7 +621,7 @@ func TestRunKillsAtOnceOnALoss(t *testing.T) {
 	sock := serve(t, f)
 	inv := start(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--",
 		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}})
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	testenv.WaitFor(t, "the child to start", 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") })
 	f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "grant revoked"})
 	at := time.Now()
 	if code := inv.wait(t, 10*time.Second); code != ExitTempFail {

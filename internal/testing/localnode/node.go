@@ -174,9 +174,9 @@ func (n *Node) writeConfig() (configFiles, error) {
 		return nil, err
 	}
 	files := map[string][]byte{
-		"pki/ca.crt": ca.pem, "pki/apiserver.crt": server.cert, "pki/apiserver.key": server.key,
+		"pki/ca.crt": ca.PEM, "pki/apiserver.crt": server.Cert, "pki/apiserver.key": server.Key,
 		"pki/sa.key": saPrivate, "pki/sa.pub": saPublic,
-		"kubelet/pki/kubelet.crt": kubeletServing.cert, "kubelet/pki/kubelet.key": kubeletServing.key,
+		"kubelet/pki/kubelet.crt": kubeletServing.Cert, "kubelet/pki/kubelet.key": kubeletServing.Key,
 	}
 	// One identity per component, with the groups the API server's bootstrap RBAC expects.
 	for name, id := range map[string][]string{
@@ -191,7 +191,7 @@ func (n *Node) writeConfig() (configFiles, error) {
 		if err != nil {
 			return nil, err
 		}
-		files["pki/"+name+".crt"], files["pki/"+name+".key"] = pair.cert, pair.key
+		files["pki/"+name+".crt"], files["pki/"+name+".key"] = pair.Cert, pair.Key
 	}
 	cni, err := cniConfig(filepath.Join(BaseDir, "cni", "ipam"))
 	if err != nil {

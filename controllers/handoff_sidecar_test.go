@@ -21,6 +21,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecar"
@@ -163,7 +164,7 @@ func TestHandoffWaitsForOldPodsToStepAside(t *testing.T) {
 	h, w, n := startSidecar(t, ctx, mem, 1, &oldHolder), startSidecar(t, ctx, mem, 2, &oldWaiter), startSidecar(t, ctx, mem, 3, &newer)
 	queue := func(what string, want ...*testSidecar) {
 		t.Helper()
-		waitUntil(t, what, func() bool {
+		testenv.WaitFor(t, what, 30*time.Second, func() bool {
 			s, err := lock.Inspect(ctx, store, lockID)
 			if err != nil || len(s.Queue) != len(want) {
 				return false
@@ -201,7 +202,7 @@ func TestHandoffWaitsForOldPodsToStepAside(t *testing.T) {
 	// operator marks the old waiter.
 	w.api.stall(true)
 	h.api.stall(true)
-	waitUntil(t, "the old waiter marked", func() bool { reconcile(); return markOf(&oldWaiter) != "" })
+	testenv.WaitFor(t, "the old waiter marked", 30*time.Second, func() bool { reconcile(); return markOf(&oldWaiter) != "" })
 	// Its app's wait ends: it is out of the queue, though its sidecar has not read its mark.
 	wGivesUp()
 	if err := <-wDone; err == nil {
@@ -230,11 +231,11 @@ func TestHandoffWaitsForOldPodsToStepAside(t *testing.T) {
 	holders := watchHolders(ctx, store, lockID)
 	answered := h.api.answered.Load()
 	h.api.stall(false)
-	waitUntil(t, "the old holder's sidecar read its pod twice, or the lock moved", func() bool {
+	testenv.WaitFor(t, "the old holder's sidecar read its pod twice, or the lock moved", 30*time.Second, func() bool {
 		return h.api.answered.Load() >= answered+2 || len(holders.names()) > 1
 	})
 	w.api.stall(false)
-	waitUntil(t, "the lock granted to a pod of the new revision", func() bool {
+	testenv.WaitFor(t, "the lock granted to a pod of the new revision", 30*time.Second, func() bool {
 		reconcile()
 		names := holders.names()
 		return names[len(names)-1] == newer.Name
@@ -271,16 +272,6 @@ func TestHandoffWaitsForOldPodsToStepAside(t *testing.T) {
 	}
 	if strings.Contains(markOf(&newer), "superseded") {
 		t.Error("the new pod is marked")
-	}
-}
-
-// waitUntil polls cond every 50ms for up to 30s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 )
@@ -246,7 +247,7 @@ func TestHandoffMarksPodsOnTheAPIServer(t *testing.T) {
 	}
 	leave := queue(&oldWaiter, 2)
 	defer leave()
-	waitUntil(t, "the old pod queues first", func() bool {
+	testenv.WaitFor(t, "the old pod queues first", 30*time.Second, func() bool {
 		s, err := lock.Inspect(ctx, store, lockID)
 		return err == nil && len(s.Queue) == 1
 	})

@@ -86,29 +86,17 @@ func condition(t *testing.T, client kubernetes.Interface, ns, name string) (core
 	return corev1.PodCondition{}, false
 }
 
-func eventually(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func TestGateReadinessCondition(t *testing.T) {
 	client := kube.Client(t)
 	ns := namespace(t, client)
 	mem := memstore.New()
 	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", batonv1.TrafficReadinessGate))
-	eventually(t, "pod a's condition True", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "pod a's condition True", 10*time.Second, func() bool {
 		c, ok := condition(t, client, ns, "a")
 		return ok && c.Status == corev1.ConditionTrue && c.Reason == "LockHeld" && strings.Contains(c.Message, "orders (token ")
 	})
 	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", batonv1.TrafficReadinessGate))
-	eventually(t, "pod b's condition False with its queue position", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "pod b's condition False with its queue position", 10*time.Second, func() bool {
 		c, ok := condition(t, client, ns, "b")
 		return ok && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "position 1 for lock orders")
 	})
@@ -120,12 +108,12 @@ func TestGateReadinessCondition(t *testing.T) {
 	if err := a.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	took := eventually(t, "pod b's condition True after a released", 10*time.Second, func() bool {
+	took := testenv.WaitFor(t, "pod b's condition True after a released", 10*time.Second, func() bool {
 		c, _ := condition(t, client, ns, "b")
 		return c.Status == corev1.ConditionTrue
 	})
 	t.Logf("pod b's condition True %v after a released (handoff plus patch)", took.Round(time.Millisecond))
-	eventually(t, "pod a's condition False", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "pod a's condition False", 10*time.Second, func() bool {
 		c, _ := condition(t, client, ns, "a")
 		return c.Status == corev1.ConditionFalse
 	})
@@ -143,15 +131,15 @@ func TestGateRoleLabel(t *testing.T) {
 		return pod.Labels[sidecarcontract.LabelRole]
 	}
 	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", batonv1.TrafficLabel))
-	eventually(t, "pod a labelled holder", 10*time.Second, func() bool { return label("a") == sidecarcontract.RoleHolder })
+	testenv.WaitFor(t, "pod a labelled holder", 10*time.Second, func() bool { return label("a") == sidecarcontract.RoleHolder })
 	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", batonv1.TrafficLabel))
-	eventually(t, "pod b labelled standby", 10*time.Second, func() bool { return label("b") == sidecarcontract.RoleStandby })
+	testenv.WaitFor(t, "pod b labelled standby", 10*time.Second, func() bool { return label("b") == sidecarcontract.RoleStandby })
 	if _, ok := condition(t, client, ns, "a"); ok {
 		t.Fatal("label mode must not write the readiness condition")
 	}
 	_ = a.Shutdown(context.Background())
-	eventually(t, "pod b labelled holder", 10*time.Second, func() bool { return label("b") == sidecarcontract.RoleHolder })
-	eventually(t, "pod a labelled standby", 10*time.Second, func() bool { return label("a") == sidecarcontract.RoleStandby })
+	testenv.WaitFor(t, "pod b labelled holder", 10*time.Second, func() bool { return label("b") == sidecarcontract.RoleHolder })
+	testenv.WaitFor(t, "pod a labelled standby", 10*time.Second, func() bool { return label("a") == sidecarcontract.RoleStandby })
 }
 
 // TestUnreachableAPIServerDoesNotDelayFencing: with the API server unreachable, the gate cannot

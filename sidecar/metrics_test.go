@@ -18,6 +18,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -102,7 +103,7 @@ func TestServeMetrics(t *testing.T) {
 // injects when the operator's --sidecar-metrics-port is set (":<port>", for the pod's IP), and
 // scrapes it on an address other than loopback when this host has one.
 func TestInjectedMetricsPortIsServed(t *testing.T) {
-	port := freeTCPPort(t)
+	port := testenv.FreePort(t)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker", Annotations: map[string]string{inject.AnnotationLock: "orders"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
 	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
@@ -145,17 +146,6 @@ func TestInjectedMetricsPortIsServed(t *testing.T) {
 	if want := `baton_lock_held{lock="orders"} 1`; !strings.Contains(string(body), want) {
 		t.Errorf("%s lacks %q", url, want)
 	}
-}
-
-// freeTCPPort returns a TCP port that was free a moment ago.
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // nonLoopbackIP returns an IPv4 address of this host that is not loopback, or "" if it has none.

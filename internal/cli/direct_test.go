@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/internal/testing/testpki"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -94,14 +95,14 @@ func holding(t *testing.T, pid int, lockID string) (*invocation, io.Closer) {
 	stdin, hold := io.Pipe()
 	inv := start(t, &invocation{pid: pid, stdin: stdin,
 		args: directArgs(t, lockID, "--wait", "0", "--", "sh", "-c", `echo "$BATON_TOKEN"; read x || true`)})
-	eventually(t, time.Minute, func() bool {
+	testenv.WaitFor(t, "the run to hold the lock", time.Minute, func() bool {
 		select {
 		case <-inv.done:
 			t.Fatalf("run of pid %d exited %d: %s", pid, inv.code, inv.stderr.String())
 		default:
 		}
 		return strings.HasSuffix(inv.stdout.String(), "\n")
-	}, "the run to hold the lock")
+	})
 	return inv, hold
 }
 
@@ -129,14 +130,14 @@ func TestDirectRunStopsChildWhenLeaseEnds(t *testing.T) {
 	lockID := fmt.Sprintf("cli-revoked-%d", time.Now().UnixNano())
 	inv := start(t, &invocation{pid: 2001, args: directArgs(t, lockID, "--grace", "5s", "--verbose", "--",
 		"sh", "-c", `echo "$BATON_TOKEN"; exec sleep 30`)})
-	eventually(t, time.Minute, func() bool {
+	testenv.WaitFor(t, "the run to hold the lock", time.Minute, func() bool {
 		select {
 		case <-inv.done:
 			t.Fatalf("run exited %d: %s", inv.code, inv.stderr.String())
 		default:
 		}
 		return strings.HasSuffix(inv.stdout.String(), "\n")
-	}, "the run to hold the lock")
+	})
 	tok := token(t, inv)
 
 	revoked := revoke(t, lockID, tok)
@@ -227,7 +228,7 @@ func TestDirectRunKillsTheChildsGroupByTheDeadline(t *testing.T) {
 		"sh", "-c", `trap "" TERM; sleep 300 & echo "$! $BATON_TOKEN"; wait`)})
 	var grandchild int
 	var tok int64
-	eventually(t, time.Minute, func() bool {
+	testenv.WaitFor(t, "the run to hold the lock", time.Minute, func() bool {
 		select {
 		case <-inv.done:
 			t.Fatalf("run exited %d: %s", inv.code, inv.stderr.String())
@@ -235,7 +236,7 @@ func TestDirectRunKillsTheChildsGroupByTheDeadline(t *testing.T) {
 		}
 		_, err := fmt.Sscanf(inv.stdout.String(), "%d %d", &grandchild, &tok)
 		return err == nil && strings.HasSuffix(inv.stdout.String(), "\n")
-	}, "the run to hold the lock")
+	})
 
 	revoked := revoke(t, lockID, tok)
 	if code := inv.wait(t, 30*time.Second); code != ExitTempFail {
@@ -246,7 +247,7 @@ func TestDirectRunKillsTheChildsGroupByTheDeadline(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("CMD's group was stopped %v after the revocation: the lease (3s) bounds it, not --grace (10s)", took)
 	}
-	eventually(t, 10*time.Second, func() bool { return !running(grandchild) }, "the grandchild to be gone")
+	testenv.WaitFor(t, "the grandchild to be gone", 10*time.Second, func() bool { return !running(grandchild) })
 	if !strings.Contains(inv.stderr.String(), "process group at once") {
 		t.Errorf("stderr does not say the group was killed at once on the loss: %s", inv.stderr.String())
 	}

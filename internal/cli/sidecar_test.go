@@ -17,6 +17,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/baton-dev/baton/internal/suspendclock"
+	"github.com/baton-dev/baton/internal/testing/fakesidecar"
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
@@ -33,9 +35,9 @@ func notTryMode(context.Context, string, time.Duration) (sidecarclient.LockStatu
 }
 
 func TestStatusTable(t *testing.T) {
-	f := &fakeService{t: t}
-	f.staticLocks(heldOrders, waitOrders, idleReport, lostBilled)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t}
+	f.StaticLocks(heldOrders, waitOrders, idleReport, lostBilled)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"status"}, env: map[string]string{"BATON_SOCKET": sock}})
 	if inv.code != 0 {
 		t.Fatalf("exit %d, stderr: %s", inv.code, inv.stderr.String())
@@ -52,9 +54,9 @@ billing  lost     3      -              -         -
 }
 
 func TestStatusJSON(t *testing.T) {
-	f := &fakeService{t: t}
-	f.staticLocks(heldOrders, idleReport)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t}
+	f.StaticLocks(heldOrders, idleReport)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"status", "--json", "--socket", sock}})
 	if inv.code != 0 {
 		t.Fatalf("exit %d, stderr: %s", inv.code, inv.stderr.String())
@@ -89,18 +91,18 @@ func TestWaitReturnsOnAcquiredEvent(t *testing.T) {
 			"orders token 8\nreport token 2\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeService{t: t, events: true}
-			f.staticLocks(waitOrders, idleReport)
-			sock := serve(t, f)
+			f := &fakesidecar.Service{T: t, Events: true}
+			f.StaticLocks(waitOrders, idleReport)
+			sock := fakesidecar.Serve(t, f)
 			inv := start(t, &invocation{args: append([]string{"wait", "--socket", sock, "--timeout", "1m"}, tc.args...)})
-			f.waitSubscribed(1)
+			f.WaitSubscribed(1)
 			for i, ev := range tc.push {
 				select {
 				case <-inv.done:
 					t.Fatalf("wait exited before event %d: %d, stderr: %s", i, inv.code, inv.stderr.String())
 				default:
 				}
-				f.push(ev)
+				f.Push(ev)
 			}
 			if code := inv.wait(t, 10*time.Second); code != 0 {
 				t.Fatalf("exit %d, stderr: %s", code, inv.stderr.String())
@@ -113,9 +115,9 @@ func TestWaitReturnsOnAcquiredEvent(t *testing.T) {
 }
 
 func TestWaitTimesOut(t *testing.T) {
-	f := &fakeService{t: t, events: true}
-	f.staticLocks(waitOrders)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true}
+	f.StaticLocks(waitOrders)
+	sock := fakesidecar.Serve(t, f)
 	start := time.Now()
 	inv := runCLI(t, &invocation{args: []string{"wait", "--socket", sock, "--lock", "orders", "--timeout", "300ms"}})
 	if inv.code != ExitFailure {
@@ -135,15 +137,15 @@ func TestWaitTimesOut(t *testing.T) {
 
 func TestWaitFallsBackToPolling(t *testing.T) {
 	// An acquisition whose event was missed is still noticed by the slow re-read.
-	f := &fakeService{t: t, events: true}
+	f := &fakesidecar.Service{T: t, Events: true}
 	var calls atomic.Int32
-	f.locks = func() []sidecarclient.LockStatus {
+	f.OnLocks = func() []sidecarclient.LockStatus {
 		if calls.Add(1) < 3 {
 			return []sidecarclient.LockStatus{waitOrders}
 		}
 		return []sidecarclient.LockStatus{heldOrders}
 	}
-	sock := serve(t, f)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"wait", "--socket", sock, "--timeout", "1m"}, poll: 20 * time.Millisecond})
 	if inv.code != 0 || inv.stdout.String() != "orders token 7\n" {
 		t.Fatalf("exit %d, stdout %q, stderr: %s", inv.code, inv.stdout.String(), inv.stderr.String())
@@ -151,9 +153,9 @@ func TestWaitFallsBackToPolling(t *testing.T) {
 }
 
 func TestRunPassesTokenAndExitCode(t *testing.T) {
-	f := &fakeService{t: t, events: true, acquire: notTryMode}
-	f.staticLocks(heldOrders)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+	f.StaticLocks(heldOrders)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{
 		args: []string{"run", "--socket", sock, "--lock", "orders", "--", "sh", "-c", `echo "$BATON_TOKEN $BATON_LOCK"; exit 3`},
 		env:  map[string]string{},
@@ -172,12 +174,12 @@ func TestRunPassesTokenAndExitCode(t *testing.T) {
 func TestRunWaitsForBlockingLock(t *testing.T) {
 	// The only declared lock is used without --lock; the child starts once the acquired event
 	// arrives, with its token.
-	f := &fakeService{t: t, events: true, acquire: notTryMode}
-	f.staticLocks(waitOrders)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+	f.StaticLocks(waitOrders)
+	sock := fakesidecar.Serve(t, f)
 	inv := start(t, &invocation{args: []string{"run", "--socket", sock, "--", "sh", "-c", `echo "$BATON_TOKEN"`}})
-	f.waitSubscribed(1)
-	f.push(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: "orders", Token: 11})
+	f.WaitSubscribed(1)
+	f.Push(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: "orders", Token: 11})
 	if code := inv.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("exit %d, stderr: %s", code, inv.stderr.String())
 	}
@@ -191,34 +193,34 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 		name    string
 		cmd     []string
 		grace   string
-		lose    func(f *fakeService)
+		lose    func(f *fakesidecar.Service)
 		wantErr []string
 	}{
 		{"lost event", []string{"sleep", "30"}, "10s",
-			func(f *fakeService) {
-				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "other", Token: 1})  // another lock: ignored
-				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 6}) // an earlier grant: ignored
-				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "lease expired"})
+			func(f *fakesidecar.Service) {
+				f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "other", Token: 1})  // another lock: ignored
+				f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 6}) // an earlier grant: ignored
+				f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "lease expired"})
 			},
 			[]string{`lost lock "orders" (token 7)`, "lease expired", "killed sleep's process group at once: SIGKILL at"}},
 		{"stream ends", []string{"sleep", "30"}, "10s",
-			func(f *fakeService) { f.endStream() },
+			func(f *fakesidecar.Service) { f.EndStream() },
 			[]string{`lost lock "orders"`, "ended its event stream"}},
 		{"child ignores SIGTERM", []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}, "300ms",
-			func(f *fakeService) {
-				f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7})
+			func(f *fakesidecar.Service) {
+				f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7})
 			},
 			[]string{`lost lock "orders"`, "process group at once: SIGKILL at"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeService{t: t, events: true, acquire: notTryMode}
-			f.staticLocks(heldOrders)
-			sock := serve(t, f)
+			f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+			f.StaticLocks(heldOrders)
+			sock := fakesidecar.Serve(t, f)
 			args := append([]string{"run", "--socket", sock, "--lock", "orders", "--grace", tc.grace, "--"}, tc.cmd...)
 			inv := start(t, &invocation{args: args})
-			f.waitSubscribed(1)
+			f.WaitSubscribed(1)
 			if tc.cmd[0] == "sh" {
-				eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+				testenv.WaitFor(t, "the child to start", 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") })
 			}
 			begin := time.Now()
 			tc.lose(f)
@@ -238,19 +240,19 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 }
 
 func TestRunTryModeAcquiresAndReleases(t *testing.T) {
-	f := &fakeService{t: t, events: true}
-	f.staticLocks(idleReport)
+	f := &fakesidecar.Service{T: t, Events: true}
+	f.StaticLocks(idleReport)
 	var gotWait time.Duration
-	f.acquire = func(_ context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
+	f.OnAcquire = func(_ context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
 		gotWait = wait
 		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 9}, nil
 	}
 	var gotToken int64
-	f.release = func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
+	f.OnRelease = func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
 		gotToken = token
 		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, nil
 	}
-	sock := serve(t, f)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "report", "--wait", "2s", "--",
 		"sh", "-c", `echo "$BATON_TOKEN $BATON_LOCK"`}})
 	if inv.code != 0 {
@@ -273,12 +275,12 @@ func TestRunTryModeAcquiresAndReleases(t *testing.T) {
 }
 
 func TestRunTryModeLocked(t *testing.T) {
-	f := &fakeService{t: t, events: true}
-	f.acquire = func(_ context.Context, id string, _ time.Duration) (sidecarclient.LockStatus, error) {
+	f := &fakesidecar.Service{T: t, Events: true}
+	f.OnAcquire = func(_ context.Context, id string, _ time.Duration) (sidecarclient.LockStatus, error) {
 		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle, Holder: "shop/report-2"}, sidecarclient.ErrLocked
 	}
-	f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{idleReport} } // for the error message
-	sock := serve(t, f)
+	f.OnLocks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{idleReport} } // for the error message
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "report", "--wait", "0", "--",
 		"sh", "-c", "echo should not run"}})
 	if inv.code != ExitTempFail {
@@ -293,13 +295,13 @@ func TestRunTryModeLocked(t *testing.T) {
 }
 
 func TestRunForwardsSignals(t *testing.T) {
-	f := &fakeService{t: t, events: true, acquire: notTryMode}
-	f.staticLocks(heldOrders)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+	f.StaticLocks(heldOrders)
+	sock := fakesidecar.Serve(t, f)
 	sigs := make(chan os.Signal, 1)
 	inv := start(t, &invocation{sigs: sigs, args: []string{"run", "--socket", sock, "--lock", "orders", "--",
 		"sh", "-c", `trap 'echo got INT; exit 7' INT; echo ready; while :; do sleep 0.05; done`}})
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	testenv.WaitFor(t, "the child to start", 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") })
 	sigs <- syscall.SIGINT
 	if code := inv.wait(t, 10*time.Second); code != 7 {
 		t.Fatalf("exit %d, want the child's 7; stderr: %s", code, inv.stderr.String())
@@ -311,12 +313,12 @@ func TestRunForwardsSignals(t *testing.T) {
 
 func TestSignalBeforeChildStops(t *testing.T) {
 	// A signal while wait is waiting stops it with 128+signal.
-	f := &fakeService{t: t, events: true}
-	f.staticLocks(waitOrders)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true}
+	f.StaticLocks(waitOrders)
+	sock := fakesidecar.Serve(t, f)
 	sigs := make(chan os.Signal, 1)
 	inv := start(t, &invocation{sigs: sigs, args: []string{"wait", "--socket", sock}})
-	f.waitSubscribed(1)
+	f.WaitSubscribed(1)
 	sigs <- syscall.SIGTERM
 	if code := inv.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) {
 		t.Fatalf("exit %d, want 143; stderr: %s", code, inv.stderr.String())
@@ -324,9 +326,9 @@ func TestSignalBeforeChildStops(t *testing.T) {
 }
 
 func TestRunChildKilledBySignal(t *testing.T) {
-	f := &fakeService{t: t, events: true, acquire: notTryMode}
-	f.staticLocks(heldOrders)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+	f.StaticLocks(heldOrders)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--", "sh", "-c", "kill -KILL $$"}})
 	if inv.code != 128+9 {
 		t.Fatalf("exit %d, want 137; stderr: %s", inv.code, inv.stderr.String())
@@ -383,14 +385,14 @@ func TestYield(t *testing.T) {
 			code: ExitUsage, stderr: "--lock is required: the pod declares 2 locks (orders, report)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeService{t: t}
+			f := &fakesidecar.Service{T: t}
 			if tc.locks != nil {
-				f.staticLocks(tc.locks...)
+				f.StaticLocks(tc.locks...)
 			}
 			if tc.answer != nil {
-				f.yield = tc.answer(t)
+				f.OnYield = tc.answer(t)
 			}
-			sock := serve(t, f)
+			sock := fakesidecar.Serve(t, f)
 			inv := runCLI(t, &invocation{args: append([]string{"yield", "--socket", sock}, tc.args...)})
 			if inv.code != tc.code || inv.stdout.String() != tc.stdout || !strings.Contains(inv.stderr.String(), tc.stderr) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q, stderr containing %q",
@@ -412,9 +414,9 @@ func yieldWants(t *testing.T, wantID string, wantToken int64, wantWait time.Dura
 // TestRunKillsWhatTheChildLeftBehind: CMD runs in a process group of its own; what it leaves
 // running there when it exits is killed before baton gives the lock up, and baton says so.
 func TestRunKillsWhatTheChildLeftBehind(t *testing.T) {
-	f := &fakeService{t: t, events: true, acquire: notTryMode}
-	f.staticLocks(heldOrders)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+	f.StaticLocks(heldOrders)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--",
 		"sh", "-c", `sleep 300 >/dev/null 2>&1 & echo $!`}})
 	if inv.code != 0 {
@@ -424,7 +426,7 @@ func TestRunKillsWhatTheChildLeftBehind(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child printed %q", inv.stdout.String())
 	}
-	eventually(t, 10*time.Second, func() bool { return !running(pid) }, "the left-behind sleep to be gone")
+	testenv.WaitFor(t, "the left-behind sleep to be gone", 10*time.Second, func() bool { return !running(pid) })
 	if !strings.Contains(inv.stderr.String(), "left processes in its group; killed them before giving the lock back") {
 		t.Errorf("stderr = %q, want it to say what was killed", inv.stderr.String())
 	}
@@ -437,11 +439,11 @@ func TestRunKillsWhatTheChildLeftBehind(t *testing.T) {
 func TestRunStopsChildByTheSidecarsDeadline(t *testing.T) {
 	child := []string{"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}
 	t.Run("renewals stopped", func(t *testing.T) {
-		f := &fakeService{t: t, events: true, acquire: notTryMode}
+		f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
 		deadline := time.Now().Add(2 * time.Second)
-		f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldUntil(deadline)} }
-		f.lock = func(string) (sidecarclient.LockStatus, bool) { return heldUntil(deadline), true }
-		sock := serve(t, f)
+		f.OnLocks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldUntil(deadline)} }
+		f.OnLock = func(string) (sidecarclient.LockStatus, bool) { return heldUntil(deadline), true }
+		sock := fakesidecar.Serve(t, f)
 		inv := start(t, &invocation{args: append([]string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--"}, child...)})
 		if code := inv.wait(t, 10*time.Second); code != ExitTempFail {
 			t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())
@@ -456,11 +458,11 @@ func TestRunStopsChildByTheSidecarsDeadline(t *testing.T) {
 		}
 	})
 	t.Run("renewals coming", func(t *testing.T) {
-		f := &fakeService{t: t, events: true, acquire: notTryMode}
+		f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
 		renewed := func() sidecarclient.LockStatus { return heldUntil(time.Now().Add(2 * time.Second)) }
-		f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{renewed()} }
-		f.lock = func(string) (sidecarclient.LockStatus, bool) { return renewed(), true }
-		sock := serve(t, f)
+		f.OnLocks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{renewed()} }
+		f.OnLock = func(string) (sidecarclient.LockStatus, bool) { return renewed(), true }
+		sock := fakesidecar.Serve(t, f)
 		inv := start(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--", "sh", "-c", "sleep 4"}})
 		if code := inv.wait(t, 10*time.Second); code != 0 {
 			t.Fatalf("exit %d, want 0 (CMD ran its 4 s past the first reported deadline); stderr: %s", code, inv.stderr.String())
@@ -497,14 +499,14 @@ func TestRunRefusesAnAnswerThatIsNotAGrant(t *testing.T) {
 		{"409 held by the pod", held, sidecarclient.ErrHeldByPod, "this pod holds it for another process"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeService{t: t, events: true}
+			f := &fakesidecar.Service{T: t, Events: true}
 			var sock string
 			if tc.err != nil {
-				f.acquire = func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) { return tc.st, tc.err }
-				sock = serve(t, f)
+				f.OnAcquire = func(context.Context, string, time.Duration) (sidecarclient.LockStatus, error) { return tc.st, tc.err }
+				sock = fakesidecar.Serve(t, f)
 			} else {
 				// The handler answers 200 only with a grant: answer as older sidecars did.
-				sock = serveWrapped(t, f, func(h http.Handler) http.Handler {
+				sock = fakesidecar.ServeWrapped(t, f, func(h http.Handler) http.Handler {
 					return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 						if r.Method != http.MethodPost || r.URL.Path != "/v1/locks/report/acquire" {
 							h.ServeHTTP(w, r)
@@ -536,17 +538,17 @@ func TestRunRefusesAnAnswerThatIsNotAGrant(t *testing.T) {
 // sidecar answers that the pod holds another grant (this one ended and another process was
 // granted the lock since), that grant is left alone and baton says nothing of it.
 func TestRunReleasesOnlyItsGrant(t *testing.T) {
-	f := &fakeService{t: t, events: true}
-	f.acquire = func(_ context.Context, id string, _ time.Duration) (sidecarclient.LockStatus, error) {
+	f := &fakesidecar.Service{T: t, Events: true}
+	f.OnAcquire = func(_ context.Context, id string, _ time.Duration) (sidecarclient.LockStatus, error) {
 		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 9}, nil
 	}
-	f.release = func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
+	f.OnRelease = func(_ context.Context, id string, token int64) (sidecarclient.LockStatus, error) {
 		if token != 9 {
 			t.Errorf("released with token %d, want 9", token)
 		}
 		return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 10}, sidecarclient.ErrTokenMismatch
 	}
-	sock := serve(t, f)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "report", "--", "true"}})
 	if inv.code != 0 || inv.stderr.String() != "" {
 		t.Errorf("exit %d, stderr %q; want 0 and nothing said", inv.code, inv.stderr.String())
@@ -577,19 +579,19 @@ func TestRunThroughASidecarCountsSuspendedTime(t *testing.T) {
 	deadline := clk.Now().Add(30 * time.Second)
 	frozen := make(chan struct{})
 	var resumed atomic.Bool
-	f := &fakeService{t: t, events: true, acquire: notTryMode}
-	f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldOn(clk, deadline)} }
-	f.lock = func(string) (sidecarclient.LockStatus, bool) {
+	f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+	f.OnLocks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldOn(clk, deadline)} }
+	f.OnLock = func(string) (sidecarclient.LockStatus, bool) {
 		if resumed.Load() {
 			<-frozen
 		}
 		return heldOn(clk, deadline), true
 	}
-	sock := serve(t, f)
+	sock := fakesidecar.Serve(t, f)
 	t.Cleanup(func() { close(frozen) }) // before the server closes
 	inv := start(t, &invocation{clock: clk, args: []string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--",
 		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}})
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
+	testenv.WaitFor(t, "the child to start", 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") })
 	resumed.Store(true)
 	s.suspend(time.Hour)
 	at := time.Now()
@@ -614,14 +616,14 @@ func TestRunThroughASidecarCountsSuspendedTime(t *testing.T) {
 func TestRunKillsAtOnceOnALoss(t *testing.T) {
 	clk := suspendclock.New()
 	deadline := clk.Now().Add(30 * time.Second)
-	f := &fakeService{t: t, events: true, acquire: notTryMode}
-	f.locks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldOn(clk, deadline)} }
-	f.lock = func(string) (sidecarclient.LockStatus, bool) { return heldOn(clk, deadline), true }
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+	f.OnLocks = func() []sidecarclient.LockStatus { return []sidecarclient.LockStatus{heldOn(clk, deadline)} }
+	f.OnLock = func(string) (sidecarclient.LockStatus, bool) { return heldOn(clk, deadline), true }
+	sock := fakesidecar.Serve(t, f)
 	inv := start(t, &invocation{args: []string{"run", "--socket", sock, "--lock", "orders", "--grace", "1m", "--",
 		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}})
-	eventually(t, 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") }, "the child to start")
-	f.push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "grant revoked"})
+	testenv.WaitFor(t, "the child to start", 10*time.Second, func() bool { return strings.Contains(inv.stdout.String(), "ready") })
+	f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 7, Reason: "grant revoked"})
 	at := time.Now()
 	if code := inv.wait(t, 10*time.Second); code != ExitTempFail {
 		t.Fatalf("exit %d, want 75; stderr: %s", code, inv.stderr.String())

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/testing/fakesidecar"
 )
 
 func TestUsageErrors(t *testing.T) {
@@ -95,9 +96,9 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestUsageUnknownLock(t *testing.T) {
-	f := &fakeService{t: t, events: true}
-	f.staticLocks(waitOrders, idleReport)
-	sock := serve(t, f)
+	f := &fakesidecar.Service{T: t, Events: true}
+	f.StaticLocks(waitOrders, idleReport)
+	sock := fakesidecar.Serve(t, f)
 	inv := runCLI(t, &invocation{args: []string{"wait", "--socket", sock, "--lock", "nope"}})
 	if inv.code != ExitUsage || !strings.Contains(inv.stderr.String(), `lock "nope" is not declared for this pod (declared: orders, report)`) {
 		t.Errorf("exit %d, stderr %q", inv.code, inv.stderr.String())

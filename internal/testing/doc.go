@@ -35,8 +35,10 @@
 // # The other rigs
 //
 //	cutstore        a lock.Store that can be cut off, as if its process lost the network
+//	fakesidecar     an in-memory sidecar served by the real API handler, for tests of its clients
 //	fencedstore     an HTTP resource that accepts writes by fencing token, for counting what fencing stopped
 //	filelock        an advisory file lock that serialises installs between processes
+//	freeport        local ports reserved by file lock, unique across processes (tests: testenv.FreePort)
 //	localhint       a lock.Hinter for Lockers in one process
 //	manifests       Kubernetes YAML (generated RBAC, shipped policies) read into typed objects
 //	testclock       clocks for tests of lease timing

@@ -93,7 +93,7 @@ func TestTryAcquire(t *testing.T) {
 		}
 		got <- l
 	}()
-	waitFor(t, "the slow waiter to queue", func() bool {
+	testenv.WaitFor(t, "the slow waiter to queue", 30*time.Second, func() bool {
 		st, err := lock.Inspect(ctx, store, id)
 		return err == nil && len(st.Queue) == 1
 	})
@@ -133,7 +133,7 @@ func TestReleaseHandsOffInQueueOrder(t *testing.T) {
 			}
 			grants <- grant{i, lease, time.Now()}
 		}()
-		waitFor(t, fmt.Sprintf("waiter %d to queue", i), func() bool {
+		testenv.WaitFor(t, fmt.Sprintf("waiter %d to queue", i), 30*time.Second, func() bool {
 			st, err := lock.Inspect(ctx, store, id)
 			return err == nil && len(st.Queue) == i+1
 		})
@@ -321,7 +321,7 @@ func TestRestartTakesOverAtOnce(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "two standbys to queue", func() bool {
+	testenv.WaitFor(t, "two standbys to queue", 30*time.Second, func() bool {
 		st, err := lock.Inspect(ctx, cut, id)
 		return err == nil && len(st.Queue) == 2
 	})
@@ -376,18 +376,6 @@ func TestBadInput(t *testing.T) {
 		if _, err := cassandrastore.New(context.Background(), session, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error mentioning %q", tc.name, err, tc.want)
 		}
-	}
-}
-
-// waitFor polls cond until it holds or 30 seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/hintudp"
 	"github.com/baton-dev/baton/lock/memstore"
@@ -23,16 +24,6 @@ func newHinter(t *testing.T, ctx context.Context) *hintudp.Hinter {
 		t.Fatal(err)
 	}
 	return h
-}
-
-// poll waits up to a minute for cond, checking every 5 ms.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within a minute", what)
-		}
-	}
 }
 
 func TestDelivery(t *testing.T) {
@@ -67,7 +58,7 @@ func TestDelivery(t *testing.T) {
 	if _, err := conn.Write([]byte("GET / HTTP/1.1")); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "malformed datagram counted", func() bool { return b.Stats().Malformed == 1 })
+	testenv.WaitFor(t, "malformed datagram counted", time.Minute, func() bool { return b.Stats().Malformed == 1 })
 	if s := a.Stats(); s.Sent != 3 || s.SendFailed != 2 {
 		t.Errorf("sender stats %+v, want 3 sent and 2 failed", s)
 	}
@@ -146,7 +137,7 @@ func TestHandOffBetweenProcesses(t *testing.T) {
 			}
 			errs <- lease.Release(ctx)
 		})
-		poll(t, "waiter queued", func() bool {
+		testenv.WaitFor(t, "waiter queued", time.Minute, func() bool {
 			q, _ := mem.Client(99, memstore.Faults{}).Queue(ctx, "orders", 0, 10)
 			return len(q) == i
 		})

@@ -3,34 +3,14 @@ package main_test
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-)
 
-// freePort returns a port that is free on 127.0.0.1 for network ("tcp" or "udp") right now.
-func freePort(t *testing.T, network string) int {
-	t.Helper()
-	switch network {
-	case "udp":
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port
-	default:
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-}
+	"github.com/baton-dev/baton/internal/testing/testenv"
+)
 
 // metric reads one sample of a sidecar's metrics endpoint: the value of the line that starts with
 // name (with its labels), or -1 when there is none.
@@ -60,11 +40,11 @@ func metric(t *testing.T, url, name string) float64 {
 func TestSidecarsHandOffWithHints(t *testing.T) {
 	ns := fmt.Sprintf("hints-%d", time.Now().UnixNano())
 	storeReady(t)
-	port := freePort(t, "udp")
+	port := testenv.FreePort(t)
 	var all []*sidecarProc
 	metricsURL := map[*sidecarProc]string{}
 	for i, name := range []string{"h1", "h2", "h3"} {
-		mport := freePort(t, "tcp")
+		mport := testenv.FreePort(t)
 		p := startSidecar(t, ns, name, fmt.Sprintf("POD_IP=127.0.0.%d", 11+i), fmt.Sprintf("BATON_HINT_PORT=%d", port),
 			"BATON_HINT_ALLOW_LOOPBACK=true", fmt.Sprintf("BATON_METRICS_ADDR=127.0.0.1:%d", mport))
 		metricsURL[p] = fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)

@@ -57,18 +57,18 @@ func TestSidecarsDriveReadinessGate(t *testing.T) {
 		procs[name] = startSidecar(t, ns, name, "BATON_TRAFFIC_POLICY=ReadinessGate",
 			"BATON_KUBECONFIG="+kubeconfig, "POD_UID="+string(pod.UID))
 		if name == "a" {
-			waitFor(t, "pod a's condition True", 15*time.Second, func() bool {
+			testenv.WaitFor(t, "pod a's condition True", 15*time.Second, func() bool {
 				return podCondition(t, client, ns, "a") == corev1.ConditionTrue
 			})
 		}
 	}
-	waitFor(t, "pod b's condition False", 15*time.Second, func() bool {
+	testenv.WaitFor(t, "pod b's condition False", 15*time.Second, func() bool {
 		return podCondition(t, client, ns, "b") == corev1.ConditionFalse
 	})
 
 	term := time.Now()
 	procs["a"].cmd.Process.Signal(syscall.SIGTERM)
-	waitFor(t, "pod b's condition True after a's SIGTERM", 15*time.Second, func() bool {
+	testenv.WaitFor(t, "pod b's condition True after a's SIGTERM", 15*time.Second, func() bool {
 		return podCondition(t, client, ns, "b") == corev1.ConditionTrue
 	})
 	t.Logf("pod b became the holder %v after pod a's sidecar got SIGTERM", time.Since(term).Round(time.Millisecond))

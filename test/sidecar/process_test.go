@@ -93,7 +93,7 @@ func startSidecarAt(t *testing.T, ns, name, socket string, extraEnv ...string) *
 			t.Logf("output of sidecar %s:\n%s", name, p.out.String())
 		}
 	})
-	waitFor(t, "sidecar "+name+" to serve its socket", 30*time.Second, func() bool {
+	testenv.WaitFor(t, "sidecar "+name+" to serve its socket", 30*time.Second, func() bool {
 		_, err := p.client.Locks(context.Background())
 		return err == nil
 	})
@@ -137,7 +137,7 @@ func (p *sidecarProc) rssKiB(t *testing.T) int {
 func onlyHolder(t *testing.T, ps []*sidecarProc, within time.Duration) *sidecarProc {
 	t.Helper()
 	var holder *sidecarProc
-	waitFor(t, "exactly one ready sidecar", within, func() bool {
+	testenv.WaitFor(t, "exactly one ready sidecar", within, func() bool {
 		holder = nil
 		n := 0
 		for _, p := range ps {
@@ -151,17 +151,6 @@ func onlyHolder(t *testing.T, ps []*sidecarProc, within time.Duration) *sidecarP
 		return n == 1
 	})
 	return holder
-}
-
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 // events subscribes to a sidecar's event stream for the rest of the test.
@@ -277,7 +266,7 @@ func TestThreeSidecarsHandOff(t *testing.T) {
 	// Its grant's queue entry is removed just after the grant; a kill before that leaves the
 	// entry at the head, a path with a longer bound of its own (lock's
 	// TestHoldersLeftoverEntryIsSkipped). This measures a dead holder's failover alone.
-	waitFor(t, "the new holder's queue entry to be gone", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "the new holder's queue entry to be gone", 10*time.Second, func() bool {
 		q, err := cassandra.Session(t).Query(`SELECT owner FROM `+keyspace+`.lock_queue WHERE lock_id = ?`, ns+"/orders").Iter().SliceMap()
 		if err != nil {
 			return false

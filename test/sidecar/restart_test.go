@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
@@ -20,7 +21,7 @@ func TestCopiedIdentityQueuesLikeAStranger(t *testing.T) {
 	ns := fmt.Sprintf("e2e-copied-%d", time.Now().UnixNano())
 	socket := filepath.Join(t.TempDir(), "baton.sock")
 	holder := startSidecarAt(t, ns, "leader", socket)
-	waitFor(t, "the first sidecar to hold the lock", 10*time.Second, func() bool { return holder.ready(t) })
+	testenv.WaitFor(t, "the first sidecar to hold the lock", 10*time.Second, func() bool { return holder.ready(t) })
 	first, err := holder.client.Lock(context.Background(), "orders")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestCopiedIdentityQueuesLikeAStranger(t *testing.T) {
 	holder.exited <- <-holder.exited // gone; the cleanup reads it again
 	killed := time.Now()
 	restarted := startSidecarAt(t, ns, "leader", socket)
-	waitFor(t, "the restarted sidecar to take its grant over", 10*time.Second, func() bool { return restarted.ready(t) })
+	testenv.WaitFor(t, "the restarted sidecar to take its grant over", 10*time.Second, func() bool { return restarted.ready(t) })
 	again, err := restarted.client.Lock(context.Background(), "orders")
 	if err != nil || again.Token <= first.Token {
 		t.Fatalf("the restart holds token %d (%v), want more than %d", again.Token, err, first.Token)

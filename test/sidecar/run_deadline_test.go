@@ -35,7 +35,7 @@ func TestBatonRunThroughAPausedSidecar(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- run.Wait() }()
 	t.Cleanup(func() { _ = run.Process.Kill() })
-	waitFor(t, "the command to start", 10*time.Second, func() bool { return strings.Contains(stdout.String(), "ready") })
+	testenv.WaitFor(t, "the command to start", 10*time.Second, func() bool { return strings.Contains(stdout.String(), "ready") })
 
 	paused := time.Now()
 	if err := sc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {

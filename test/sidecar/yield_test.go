@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
@@ -18,7 +19,7 @@ func TestSidecarsYield(t *testing.T) {
 	a := startSidecar(t, ns, "a")
 	onlyHolder(t, []*sidecarProc{a}, 10*time.Second)
 	b := startSidecar(t, ns, "b")
-	waitFor(t, "b to queue", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "b to queue", 10*time.Second, func() bool {
 		st, err := b.client.Lock(context.Background(), "orders")
 		return err == nil && st.State == sidecarclient.StateWaiting && st.QueuePosition == 1
 	})
@@ -45,7 +46,7 @@ func TestSidecarsYield(t *testing.T) {
 	if got := onlyHolder(t, []*sidecarProc{a, b}, 5*time.Second); got != b {
 		t.Fatalf("%s is ready after a yielded to b", got.name)
 	}
-	waitFor(t, "a to queue behind b", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "a to queue behind b", 10*time.Second, func() bool {
 		st, err := a.client.Lock(context.Background(), "orders")
 		return err == nil && st.State == sidecarclient.StateWaiting && st.QueuePosition == 1
 	})

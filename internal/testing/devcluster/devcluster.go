@@ -34,6 +34,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/build/imagebuild"
 	"github.com/baton-dev/baton/internal/operator"
+	"github.com/baton-dev/baton/internal/testing/freeport"
 	"github.com/baton-dev/baton/internal/testing/localkube"
 	"github.com/baton-dev/baton/internal/testing/manifests"
 	"github.com/baton-dev/baton/internal/testing/nodeagent"
@@ -125,10 +126,15 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := install(ctx, c, scheme, o.RepoRoot); err != nil {
 		return fail(err)
 	}
-	webhookPort, probePort, metricsPort := freePort(), freePort(), freePort()
-	if webhookPort == 0 || probePort == 0 || metricsPort == 0 {
-		return fail(errors.New("no free local port"))
+	var ports [3]int
+	for i := range ports {
+		p, err := freeport.Port("127.0.0.1")
+		if err != nil {
+			return fail(err)
+		}
+		ports[i] = p
 	}
+	webhookPort, probePort, metricsPort := ports[0], ports[1], ports[2]
 	// The chart's configuration names a Service; a local webhook is reached by URL, with a
 	// certificate that also names localhost. The operator fills in the caBundle.
 	mwc := webhook.MutatingWebhookConfigurationForURL(webhookConfig, fmt.Sprintf("https://localhost:%d%s", webhookPort, webhook.Path), nil)
@@ -354,13 +360,4 @@ func probe(addr, path string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/baton-dev/baton/internal/testing/filelock"
+	"github.com/baton-dev/baton/internal/testing/freeport"
 	"github.com/baton-dev/baton/internal/testing/localkube"
 )
 
@@ -173,9 +174,9 @@ func (n *Node) writeConfig() (configFiles, error) {
 		return nil, err
 	}
 	files := map[string][]byte{
-		"pki/ca.crt": ca.pem, "pki/apiserver.crt": server.cert, "pki/apiserver.key": server.key,
+		"pki/ca.crt": ca.PEM, "pki/apiserver.crt": server.Cert, "pki/apiserver.key": server.Key,
 		"pki/sa.key": saPrivate, "pki/sa.pub": saPublic,
-		"kubelet/pki/kubelet.crt": kubeletServing.cert, "kubelet/pki/kubelet.key": kubeletServing.key,
+		"kubelet/pki/kubelet.crt": kubeletServing.Cert, "kubelet/pki/kubelet.key": kubeletServing.Key,
 	}
 	// One identity per component, with the groups the API server's bootstrap RBAC expects.
 	for name, id := range map[string][]string{
@@ -190,7 +191,7 @@ func (n *Node) writeConfig() (configFiles, error) {
 		if err != nil {
 			return nil, err
 		}
-		files["pki/"+name+".crt"], files["pki/"+name+".key"] = pair.cert, pair.key
+		files["pki/"+name+".crt"], files["pki/"+name+".key"] = pair.Cert, pair.Key
 	}
 	cni, err := cniConfig(filepath.Join(BaseDir, "cni", "ipam"))
 	if err != nil {
@@ -506,12 +507,11 @@ func nodeReady(client kubernetes.Interface) func(context.Context) error {
 }
 
 func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	p, err := freeport.Port(host)
 	if err != nil {
 		return 0, fmt.Errorf("localnode: a free port on %s: %w", host, err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p, nil
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }

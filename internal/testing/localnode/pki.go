@@ -1,7 +1,6 @@
 package localnode
 
 import (
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,80 +8,45 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/baton-dev/baton/internal/testing/testpki"
 )
 
-// authority is the cluster's one certificate authority: it signs the API server's serving
-// certificate and the client certificates of the components and the admin. A local cluster lives
-// for one run, so its certificates are good for a day.
-type authority struct {
-	cert *x509.Certificate
-	key  crypto.Signer
-	pem  []byte
-}
+// authority is the cluster's one certificate authority (a testpki.CA): it signs the API server's
+// serving certificate and the client certificates of the components and the admin. A local
+// cluster lives for one run, so its certificates are good for a day.
+type authority struct{ *testpki.CA }
 
 func newAuthority() (*authority, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.New("baton-node-ca")
 	if err != nil {
-		return nil, fmt.Errorf("localnode: CA key: %w", err)
+		return nil, fmt.Errorf("localnode: %w", err)
 	}
-	tmpl, err := certTemplate("baton-node-ca")
-	if err != nil {
-		return nil, err
-	}
-	tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("localnode: CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("localnode: CA certificate: %w", err)
-	}
-	return &authority{cert: cert, key: key, pem: pemCert(der)}, nil
+	return &authority{ca}, nil
 }
 
-// keyPair is a PEM certificate and key.
-type keyPair struct{ cert, key []byte }
-
 // serving issues a server certificate for the given names and addresses.
-func (a *authority) serving(name string, dnsNames []string, ips []net.IP) (keyPair, error) {
-	return a.issue(pkix.Name{CommonName: name}, dnsNames, ips, x509.ExtKeyUsageServerAuth)
+func (a *authority) serving(name string, dnsNames []string, ips []net.IP) (testpki.Pair, error) {
+	return a.sign(testpki.Request{Subject: pkix.Name{CommonName: name}, DNSNames: dnsNames, IPs: ips,
+		Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 }
 
 // client issues a client certificate: the API server takes CommonName as the user and
 // Organization as the groups.
-func (a *authority) client(user string, groups ...string) (keyPair, error) {
-	return a.issue(pkix.Name{CommonName: user, Organization: groups}, nil, nil, x509.ExtKeyUsageClientAuth)
+func (a *authority) client(user string, groups ...string) (testpki.Pair, error) {
+	return a.sign(testpki.Request{Subject: pkix.Name{CommonName: user, Organization: groups},
+		Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 }
 
-func (a *authority) issue(subject pkix.Name, dnsNames []string, ips []net.IP, usage x509.ExtKeyUsage) (keyPair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+func (a *authority) sign(req testpki.Request) (testpki.Pair, error) {
+	p, err := a.Sign(req)
 	if err != nil {
-		return keyPair{}, fmt.Errorf("localnode: key for %s: %w", subject.CommonName, err)
+		return testpki.Pair{}, fmt.Errorf("localnode: %w", err)
 	}
-	tmpl, err := certTemplate(subject.CommonName)
-	if err != nil {
-		return keyPair{}, err
-	}
-	tmpl.Subject = subject
-	tmpl.DNSNames, tmpl.IPAddresses = dnsNames, ips
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{usage}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
-	if err != nil {
-		return keyPair{}, fmt.Errorf("localnode: certificate for %s: %w", subject.CommonName, err)
-	}
-	keyPEM, err := pemKey(key)
-	if err != nil {
-		return keyPair{}, err
-	}
-	return keyPair{cert: pemCert(der), key: keyPEM}, nil
+	return p, nil
 }
 
 // serviceAccountKey returns a new key pair for signing service account tokens: the private key
@@ -92,41 +56,15 @@ func serviceAccountKey() (private, public []byte, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("localnode: service account key: %w", err)
 	}
-	private, err = pemKey(key)
+	private, err = testpki.KeyPEM(key)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("localnode: service account key: %w", err)
 	}
 	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("localnode: service account key: %w", err)
 	}
 	return private, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
-}
-
-func certTemplate(name string) (*x509.Certificate, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, fmt.Errorf("localnode: serial for %s: %w", name, err)
-	}
-	now := time.Now()
-	return &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-	}, nil
-}
-
-func pemCert(der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
-func pemKey(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("localnode: encoding a key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }
 
 // writePrivateFiles writes each name (relative to dir) with its content, private (0600), creating

@@ -167,10 +167,7 @@ func systems(t *testing.T, e *env, lease time.Duration, log logr.Logger) []compa
 		t.Fatal(err)
 	}
 	binary, dir := buildSidecar(t)
-	port, err := compare.FreeUDPPort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testenv.FreePort(t)
 	sidecars, err := compare.NewSidecars(compare.SidecarsConfig{Name: nameSidecars, Binary: binary,
 		Hosts: cassandra.Cluster(t).Hosts(), Keyspace: keyspace, Lease: lease, HintPort: port, Dir: dir, Log: log})
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/baton-dev/baton/internal/testing/freeport"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -83,7 +83,7 @@ func (s *Sidecars) Contender(ctx context.Context, lockID string, i int) (Contend
 	s.next++
 	n := s.next
 	s.mu.Unlock()
-	metricsPort, err := freeTCPPort()
+	metricsPort, err := freeport.Port("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
@@ -132,26 +132,6 @@ func (s *Sidecars) Contender(ctx context.Context, lockID string, i int) (Contend
 			return nil, fmt.Errorf("compare: sidecar for %s did not serve its API within 30s: %s", lockID, p.out.String())
 		}
 	}
-}
-
-// freeTCPPort returns a TCP port free on 127.0.0.1 at the moment.
-func freeTCPPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("compare: finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// FreeUDPPort returns a UDP port free on 127.0.0.1 at the moment: a hint port for Sidecars.
-func FreeUDPPort() (int, error) {
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("compare: finding a free port: %w", err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port, nil
 }
 
 // sidecarProc is one sidecar process: a contender of one lock.

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/baton-dev/baton/internal/testing/fakesidecar"
 	"github.com/baton-dev/baton/internal/testing/fencedstore"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -28,14 +29,14 @@ var (
 // fixture is an app wired to a fake sidecar and a real fenced store.
 type fixture struct {
 	app     *App
-	sidecar *fakeSidecar
+	sidecar *fakesidecar.Service
 	store   *fencedstore.Store
 	url     string // the fenced resource
 }
 
 func newFixture(t *testing.T, cfg Config, opts ...Option) *fixture {
 	t.Helper()
-	f := &fixture{sidecar: &fakeSidecar{t: t}}
+	f := &fixture{sidecar: &fakesidecar.Service{T: t}}
 	store, err := fencedstore.New()
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func newFixture(t *testing.T, cfg Config, opts ...Option) *fixture {
 	if cfg.FencedURL == "set" {
 		cfg.FencedURL = f.url
 	}
-	cfg.Socket = serveSidecar(t, f.sidecar)
+	cfg.Socket = fakesidecar.Serve(t, f.sidecar)
 	sc := sidecarclient.New(cfg.Socket)
 	app, err := New(cfg, sc, logr.Discard(), opts...)
 	if err != nil {
@@ -74,13 +75,13 @@ func TestStatus(t *testing.T) {
 		{"lost: no token", "", []sidecarclient.LockStatus{{LockID: "orders", State: sidecarclient.StateLost, Token: 41, Reason: "lease expired"}}, 200,
 			Status{Pod: "demo-0", LockID: "orders", State: sidecarclient.StateLost}},
 		{"unknown lock", "nope", []sidecarclient.LockStatus{held}, 503,
-			Status{Pod: "demo-0", Error: "baton: 404 Not Found: lock nope is not declared"}},
+			Status{Pod: "demo-0", Error: `baton: 404 Not Found: lock "nope" is not declared for this pod (declared: "orders"); check the lock IDs of its DistributedLock`}},
 		{"no lock declared", "", nil, 503,
 			Status{Pod: "demo-0", Error: "demoapp: the sidecar declares no lock: annotate the pod with baton.dev/lock"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, Config{PodName: "demo-0", LockID: tc.lockID})
-			f.sidecar.set(tc.locks...)
+			f.sidecar.SetLocks(tc.locks...)
 			srv := httptest.NewServer(f.app.Handler())
 			defer srv.Close()
 			resp, err := srv.Client().Get(srv.URL + "/")
@@ -151,11 +152,11 @@ func TestWriteOnce(t *testing.T) {
 	ctx := t.Context()
 	f := newFixture(t, Config{PodName: "demo-0", FencedURL: "set"})
 
-	f.sidecar.set(waiting)
+	f.sidecar.SetLocks(waiting)
 	if o, err := f.app.WriteOnce(ctx); o != NotHeld || err != nil {
 		t.Fatalf("WriteOnce while waiting = %v, %v; want %v", o, err, NotHeld)
 	}
-	f.sidecar.set(held)
+	f.sidecar.SetLocks(held)
 	if o, err := f.app.WriteOnce(ctx); o != Accepted || err != nil {
 		t.Fatalf("WriteOnce while holding = %v, %v; want %v", o, err, Accepted)
 	}
@@ -167,7 +168,7 @@ func TestWriteOnce(t *testing.T) {
 	if o != Rejected || !errors.Is(err, fencedstore.ErrRejected) {
 		t.Fatalf("WriteOnce with a superseded token = %v, %v; want %v and ErrRejected", o, err, Rejected)
 	}
-	f.sidecar.set()
+	f.sidecar.SetLocks()
 	if o, err := f.app.WriteOnce(ctx); o != Failed || err == nil {
 		t.Fatalf("WriteOnce without a declared lock = %v, %v; want %v", o, err, Failed)
 	}
@@ -182,7 +183,7 @@ func TestWriteOnce(t *testing.T) {
 
 	t.Run("store down", func(t *testing.T) {
 		f := newFixture(t, Config{PodName: "demo-0", FencedURL: "http://127.0.0.1:1/v1/resources/demo"})
-		f.sidecar.set(held)
+		f.sidecar.SetLocks(held)
 		if o, err := f.app.WriteOnce(ctx); o != Failed || err == nil || errors.Is(err, fencedstore.ErrRejected) {
 			t.Fatalf("WriteOnce = %v, %v; want %v", o, err, Failed)
 		}
@@ -198,7 +199,7 @@ func TestWriteOnce(t *testing.T) {
 func TestRun(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	f := newFixture(t, Config{PodName: "demo-0", FencedURL: "set", WriteInterval: time.Second}, WithClock(clk))
-	f.sidecar.set(held)
+	f.sidecar.SetLocks(held)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- f.app.Run(ctx) }()
@@ -245,7 +246,7 @@ func TestRunJob(t *testing.T) {
 	cfg := Config{PodName: "job-0", FencedURL: "set", WriteInterval: 10 * time.Millisecond, ListenAddr: DefaultListenAddr}
 	t.Run("every write accepted", func(t *testing.T) {
 		f := newFixture(t, cfg)
-		f.sidecar.set(held)
+		f.sidecar.SetLocks(held)
 		if err := f.app.RunJob(t.Context(), 3); err != nil {
 			t.Fatal(err)
 		}
@@ -255,14 +256,14 @@ func TestRunJob(t *testing.T) {
 	})
 	t.Run("not held", func(t *testing.T) {
 		f := newFixture(t, cfg)
-		f.sidecar.set(waiting)
+		f.sidecar.SetLocks(waiting)
 		if err := f.app.RunJob(t.Context(), 3); err == nil || !strings.Contains(err.Error(), "write 1 of 3") {
 			t.Errorf("RunJob without the lock: %v, want an error at write 1", err)
 		}
 	})
 	t.Run("stale token", func(t *testing.T) {
 		f := newFixture(t, cfg)
-		f.sidecar.set(held)
+		f.sidecar.SetLocks(held)
 		if _, err := fencedstore.NewClient(f.url, http.DefaultClient).Write(t.Context(), fencedstore.Write{Token: held.Token + 1, Writer: "next"}); err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testing/fakesidecar"
 	"github.com/baton-dev/baton/internal/testing/fencedstore"
 )
 
@@ -101,9 +102,9 @@ func TestCommand(t *testing.T) {
 
 	storeAddr, appAddr := freeAddr(t), freeAddr(t)
 	startCommand(t, bin, []string{"LISTEN_ADDR=" + storeAddr}, "serve-fenced")
-	sidecar := &fakeSidecar{t: t}
-	sidecar.set(held)
-	socket := serveSidecar(t, sidecar)
+	sidecar := &fakesidecar.Service{T: t}
+	sidecar.SetLocks(held)
+	socket := fakesidecar.Serve(t, sidecar)
 	appOut := startCommand(t, bin, []string{
 		"LISTEN_ADDR=" + appAddr, "POD_NAME=demo-0", "BATON_SOCKET=" + socket,
 		"FENCED_URL=http://" + storeAddr + "/v1/resources/demo", "WRITE_INTERVAL=20ms",

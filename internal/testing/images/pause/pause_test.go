@@ -1,9 +1,13 @@
 package pause
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 func TestRun(t *testing.T) {
@@ -51,7 +55,7 @@ func TestReap(t *testing.T) {
 	}
 	// Once every child is a zombie, one Reap collects them all.
 	for _, pid := range pids {
-		waitFor(t, func() bool { return procState(pid) == 'Z' }, "child %d to exit", pid)
+		testenv.WaitFor(t, fmt.Sprintf("child %d to exit", pid), 10*time.Second, func() bool { return procState(pid) == 'Z' })
 	}
 	if n := Reap(); n != len(pids) {
 		t.Errorf("Reap collected %d children, want %d", n, len(pids))

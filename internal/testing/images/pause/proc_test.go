@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // procState returns the state letter of process pid in /proc (R, S, Z, ...), 0 if it is gone.
@@ -55,16 +54,4 @@ func children(t *testing.T, parent int) map[int]byte {
 		}
 	}
 	return out
-}
-
-// waitFor polls cond every 10ms for up to 10s and fails the test if it never holds.
-func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for "+format, args...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

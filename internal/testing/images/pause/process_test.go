@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
 var binary string
@@ -144,19 +146,19 @@ func TestProcessReapsOrphans(t *testing.T) {
 			if out, err := orphan.CombinedOutput(); err != nil {
 				t.Fatalf("nsenter: %v\n%s", err, out)
 			}
-			waitFor(t, func() bool { return len(children(t, init)) > 0 }, "the orphan to be re-parented to PID 1")
+			testenv.WaitFor(t, "the orphan to be re-parented to PID 1", 10*time.Second, func() bool { return len(children(t, init)) > 0 })
 			if tc.wantZombie {
-				waitFor(t, func() bool {
+				testenv.WaitFor(t, fmt.Sprintf("a zombie under %s", tc.argv[0]), 10*time.Second, func() bool {
 					for _, st := range children(t, init) {
 						if st == 'Z' {
 							return true
 						}
 					}
 					return false
-				}, "a zombie under %s", tc.argv[0])
+				})
 				return
 			}
-			waitFor(t, func() bool { return len(children(t, init)) == 0 }, "pause to reap the orphan (children: %v)", children(t, init))
+			testenv.WaitFor(t, fmt.Sprintf("pause to reap the orphan (children: %v)", children(t, init)), 10*time.Second, func() bool { return len(children(t, init)) == 0 })
 
 			// As PID 1 of a namespace a process gets only the signals it handles: SIGTERM still ends it.
 			if err := p.signalAndWait(t, syscall.SIGTERM); err != nil {

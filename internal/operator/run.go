@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -38,6 +40,7 @@ import (
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
 	"github.com/baton-dev/baton/internal/certfiles"
+	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/internal/storepool"
 	batonwebhook "github.com/baton-dev/baton/internal/webhook"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -161,7 +164,7 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 	}
 	certsReady := make(chan struct{})
 	if o.WebhookCerts == CertsSelf {
-		if err := ensureSecret(ctx, mgr.GetAPIReader(), mgr.GetClient(), o.Namespace, o.WebhookSecret); err != nil {
+		if err := ensureSecret(ctx, mgr.GetAPIReader(), mgr.GetClient(), o.Namespace, o.WebhookSecret, secretBackoff, log); err != nil {
 			return err
 		}
 		dns := o.WebhookService + "." + o.Namespace + ".svc"
@@ -229,25 +232,51 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 	return nil
 }
 
+// secretBackoff paces ensureSecret's reads of the webhook Secret while the API server fails them.
+var secretBackoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 15 * time.Second}
+
+// forbiddenCreateMessage is what ensureSecret logs when it may not create the missing Secret.
+const forbiddenCreateMessage = "the webhook Secret is missing and the operator may not create it: the chart ships it " +
+	"(helm upgrade restores it); the certificate rotator fills it once it exists"
+
 // ensureSecret creates the (empty) Secret the certificate rotator fills, unless it exists; the
-// chart may ship it too.
-// The manager's cache is not running yet: read through the API reader, write with the client
-// (writes never go through the cache).
-func ensureSecret(ctx context.Context, r client.Reader, w client.Writer, namespace, name string) error {
+// chart ships it and grants no create. The manager's cache is not running yet: it reads through
+// the API reader and writes with the client (writes never go through the cache).
+//
+// A failed read is retried, paced by backoff, until ctx ends (then it returns ctx's error): a
+// read the API server fails for a moment must not end the operator. Only a read that finds no
+// Secret leads to a Create; a Create the API server forbids means the chart owns the Secret, which
+// is logged and not an error. Not guaranteed: that the Secret exists when ensureSecret returns nil.
+func ensureSecret(ctx context.Context, r client.Reader, w client.Writer, namespace, name string, backoff wait.Backoff, log logr.Logger) error {
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
 			Labels: map[string]string{"app.kubernetes.io/name": "baton", "app.kubernetes.io/component": "webhook"}},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil},
 	}
-	// Get first: the chart ships the Secret and need not grant create.
-	if err := r.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{}); err == nil {
+	for {
+		err := r.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{})
+		if err == nil {
+			return nil
+		}
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		pause := backoff.Step()
+		log.Info("reading the webhook Secret failed; retrying", "secret", namespace+"/"+name, "in", pause.String(), "err", err.Error())
+		if err := ctxtime.Sleep(ctx, pause); err != nil {
+			return fmt.Errorf("operator: reading webhook Secret %s/%s: %w", namespace, name, err)
+		}
+	}
+	err := w.Create(ctx, sec)
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return nil
+	case apierrors.IsForbidden(err):
+		log.Info(forbiddenCreateMessage, "secret", namespace+"/"+name)
 		return nil
 	}
-	if err := w.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("operator: creating webhook Secret %s/%s: %w", namespace, name, err)
-	}
-	return nil
+	return fmt.Errorf("operator: creating webhook Secret %s/%s: %w", namespace, name, err)
 }
 
 // metricsOptions serves the metrics as Kubebuilder scaffolds it: with --metrics-secure over TLS

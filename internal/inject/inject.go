@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -341,9 +340,6 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 	return env
 }
 
-// keyspacePattern is compiled once: resolve runs on every admitted pod.
-var keyspacePattern = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
-
 // resolve validates dl and merges it with the operator's defaults, reporting every problem at
 // once.
 func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
@@ -438,7 +434,7 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 		p.add("no Cassandra contact points: set spec.cassandra.contactPoints or the operator's default contact points")
 	}
 	p.contactPoints(c.ContactPoints)
-	if !keyspacePattern.MatchString(c.Keyspace) {
+	if !sidecarcontract.ValidKeyspace(c.Keyspace) {
 		p.add("Cassandra keyspace %q: a letter, then up to 47 letters, digits or '_'", c.Keyspace)
 	}
 	p.consistencies(c.Consistency, c.SerialConsistency)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"path"
 	"reflect"
 	"strings"
 	"testing"
@@ -511,8 +510,5 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if sc.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("pull policy %q", sc.ImagePullPolicy)
-	}
-	if path.Dir(sidecarcontract.SocketPath) != sidecarcontract.SocketDir {
-		t.Errorf("socket %s is not in %s", sidecarcontract.SocketPath, sidecarcontract.SocketDir)
 	}
 }

@@ -1,6 +1,7 @@
 package sidecarcontract
 
 import (
+	"path"
 	"time"
 
 	"github.com/baton-dev/baton/sidecarclient"
@@ -9,12 +10,14 @@ import (
 // The socket of the sidecar's localhost API, in an emptyDir volume shared by the sidecar and every
 // app container.
 const (
-	// SocketDir is where the socket volume is mounted in the sidecar and the app containers.
-	SocketDir = "/var/run/baton"
 	// SocketPath is the socket, in SocketDir. The sidecar serves it unless told otherwise (setting
 	// Socket); apps find it in EnvSocket. The app-facing client package defines it.
 	SocketPath = sidecarclient.SocketPath
 )
+
+// SocketDir is where the socket volume is mounted in the sidecar and the app containers: the
+// directory of SocketPath, derived so that the two cannot disagree. Nothing writes it.
+var SocketDir = path.Dir(SocketPath)
 
 // The environment the webhook gives every app container.
 const (

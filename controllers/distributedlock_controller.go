@@ -132,7 +132,7 @@ func (r *DistributedLockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("controllers: DistributedLockReconciler needs a Client, Stores and a Recorder")
 	}
 	byAnnotation := func(_ context.Context, ns string, annotations map[string]string) []reconcile.Request {
-		name := strings.TrimSpace(annotations[inject.AnnotationLock])
+		name := strings.TrimSpace(annotations[batonv1.AnnotationLock])
 		if name == "" {
 			return nil
 		}

@@ -211,7 +211,7 @@ func markOf(r podRevision) string {
 func SteppedAside(p *corev1.Pod, mark string) bool {
 	if p.Annotations[batonv1.AnnotationSuperseded] == mark {
 		for _, c := range p.Status.Conditions {
-			if c.Type == sidecarcontract.ConditionSteppedAside && c.Status == corev1.ConditionTrue && c.Message == mark {
+			if c.Type == batonv1.ConditionSteppedAside && c.Status == corev1.ConditionTrue && c.Message == mark {
 				return true
 			}
 		}

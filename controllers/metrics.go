@@ -48,7 +48,7 @@ func NewMetrics() *Metrics {
 		waiting:     gauge(MetricWaiting, "Contenders queued for the lock, not counting the holder.", lockLabels),
 		reachable:   gauge(MetricStoreReachable, "1 when the operator could read the DistributedLock's lock store at the last reconcile.", []string{"namespace", "distributedlock"}),
 		changes:     counter(MetricHolderChanges, "Grants to a new holder seen by the operator (it may miss changes between reconciles)."),
-		revocations: counter(MetricRevocations, "Grants revoked through the baton.dev/revoke annotation."),
+		revocations: counter(MetricRevocations, "Grants revoked through the "+batonv1.AnnotationRevoke+" annotation."),
 	}
 }
 

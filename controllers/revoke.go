@@ -202,7 +202,7 @@ func (r *DistributedLockReconciler) bindRevocations(ctx context.Context, dl *bat
 		return false, nil
 	case apierrors.IsConflict(err) || apierrors.IsInvalid(err):
 		// The test operation failed: the annotation changed since it was read.
-		logf.FromContext(ctx).V(1).Info("baton.dev/revoke changed meanwhile; reading it again", "err", err.Error())
+		logf.FromContext(ctx).V(1).Info(batonv1.AnnotationRevoke+" changed meanwhile; reading it again", "err", err.Error())
 		return true, nil
 	default:
 		return false, fmt.Errorf("updating annotation %s to %q: %w", batonv1.AnnotationRevoke, value, err)

@@ -103,7 +103,7 @@ func TestServeMetrics(t *testing.T) {
 // scrapes it on an address other than loopback when this host has one.
 func TestInjectedMetricsPortIsServed(t *testing.T) {
 	port := freeTCPPort(t)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker", Annotations: map[string]string{inject.AnnotationLock: "orders"}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker", Annotations: map[string]string{batonv1.AnnotationLock: "orders"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
 	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
 		Spec: batonv1.DistributedLockSpec{LockIDs: []string{"orders"}}}

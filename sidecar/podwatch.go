@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
 // PodWatch reads the sidecar's pod and tells the Holder (PodReading) what it needs: the readiness
@@ -208,7 +207,7 @@ func (w *PodWatch) stepAside(ctx context.Context, pod *corev1.Pod) {
 // when given, and returns the pod as written.
 func (w *PodWatch) patchSteppedAside(ctx context.Context, resourceVersion string, status corev1.ConditionStatus, reason, msg string) (*corev1.Pod, error) {
 	patch := map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
-		Type: sidecarcontract.ConditionSteppedAside, Status: status, Reason: reason, Message: msg,
+		Type: batonv1.ConditionSteppedAside, Status: status, Reason: reason, Message: msg,
 		LastTransitionTime: metav1.Now(),
 	}}}}
 	if resourceVersion != "" {
@@ -220,7 +219,7 @@ func (w *PodWatch) patchSteppedAside(ctx context.Context, resourceVersion string
 	}
 	pod, err := w.client.CoreV1().Pods(w.ns).Patch(ctx, w.pod, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
 	if err != nil {
-		return nil, fmt.Errorf("setting condition %s %s on pod %s/%s: %w", sidecarcontract.ConditionSteppedAside, status, w.ns, w.pod, err)
+		return nil, fmt.Errorf("setting condition %s %s on pod %s/%s: %w", batonv1.ConditionSteppedAside, status, w.ns, w.pod, err)
 	}
 	return pod, w.checkUID(pod)
 }
@@ -229,7 +228,7 @@ func (w *PodWatch) patchSteppedAside(ctx context.Context, resourceVersion string
 // (the superseded mark its sidecar stepped aside for), "" otherwise.
 func SteppedAsideFor(pod *corev1.Pod) string {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionSteppedAside && c.Status == corev1.ConditionTrue {
+		if c.Type == batonv1.ConditionSteppedAside && c.Status == corev1.ConditionTrue {
 			return c.Message
 		}
 	}

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/inject"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -68,7 +67,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("listing DistributedLocks in namespace %s: %w", ns, err)
 	}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{inject.LabelInjected: "true"}); err != nil {
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{batonv1.LabelInjected: "true"}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing injected pods in namespace %s: %w", ns, err)
 	}
 	access, needed := Desired(ns, locks.Items, pods.Items)

@@ -23,7 +23,6 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/demoapp"
 	"github.com/baton-dev/baton/internal/imagebuild"
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/internal/localnode"
 )
@@ -191,7 +190,7 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 			Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &all}},
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{inject.AnnotationLock: w.Name}},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{batonv1.AnnotationLock: w.Name}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name: "app", Image: imagebuild.DemoAppTag, ImagePullPolicy: corev1.PullNever,
 					Env:            env,

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/suspendclock"
 )
@@ -200,7 +201,7 @@ Usage:
   baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
   baton help [COMMAND]
 
-In a pod annotated with baton.dev/lock, status, wait, run and yield talk to the baton sidecar over its
+In a pod annotated with ` + batonv1.AnnotationLock + `, status, wait, run and yield talk to the baton sidecar over its
 unix socket (--socket, env ` + sidecarcontract.EnvSocket + `, default ` + sidecarcontract.SocketPath + `). Outside Kubernetes,
 run takes the lock itself in Cassandra when given --cassandra-hosts (env BATON_CASSANDRA_HOSTS);
 it reads the same Cassandra settings as the sidecar (see baton help run).

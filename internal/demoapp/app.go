@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/fencedstore"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -300,7 +301,7 @@ func (a *App) lock(ctx context.Context) (sidecarclient.LockStatus, error) {
 		return sidecarclient.LockStatus{}, err
 	}
 	if len(locks) == 0 {
-		return sidecarclient.LockStatus{}, errors.New("demoapp: the sidecar declares no lock: annotate the pod with baton.dev/lock")
+		return sidecarclient.LockStatus{}, errors.New("demoapp: the sidecar declares no lock: annotate the pod with " + batonv1.AnnotationLock)
 	}
 	return locks[0], nil
 }

@@ -53,7 +53,7 @@ const (
 
 // readinessGate is the pod readiness gate of the ReadinessGate traffic policy; the sidecar sets
 // the condition.
-const readinessGate corev1.PodConditionType = sidecarcontract.ConditionLockHeld
+const readinessGate corev1.PodConditionType = batonv1.ConditionLockHeld
 
 // Binaries in the sidecar image (see the Dockerfile).
 const (
@@ -85,9 +85,9 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if want := strings.TrimSpace(pod.Annotations[AnnotationLock]); want != "" && want != dl.Name {
+	if want := strings.TrimSpace(pod.Annotations[batonv1.AnnotationLock]); want != "" && want != dl.Name {
 		return nil, fmt.Errorf("%w: pod's annotation %s names %q, but DistributedLock %q was given",
-			ErrInvalidLock, AnnotationLock, want, dl.Name)
+			ErrInvalidLock, batonv1.AnnotationLock, want, dl.Name)
 	}
 	if pod.Namespace != "" && dl.Namespace != "" && pod.Namespace != dl.Namespace {
 		return nil, fmt.Errorf("%w: DistributedLock %s/%s is not in the pod's namespace %q",
@@ -168,18 +168,18 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[AnnotationInjected] = cfg.Image
+	out.Annotations[batonv1.AnnotationInjected] = cfg.Image
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}
-	out.Labels[LabelInjected] = "true"
+	out.Labels[batonv1.LabelInjected] = "true"
 	// 6. No pod starts out as the holder: under the Label policy the sidecar relabels its pod once
 	// it holds the locks; under the others baton.dev/role is not maintained, so a value the pod's
 	// author set would be a claim nobody checks.
 	if s.traffic == batonv1.TrafficLabel {
-		out.Labels[sidecarcontract.LabelRole] = sidecarcontract.RoleStandby
+		out.Labels[batonv1.LabelRole] = batonv1.RoleStandby
 	} else {
-		delete(out.Labels, sidecarcontract.LabelRole)
+		delete(out.Labels, batonv1.LabelRole)
 	}
 	return out, nil
 }

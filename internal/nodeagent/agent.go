@@ -32,6 +32,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/localkube"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
@@ -110,7 +111,7 @@ func New(cfg Config) (*Agent, error) {
 // Run watches injected pods until ctx ends, then stops every sidecar (SIGTERM, then SIGKILL after
 // 15s) and returns.
 func (a *Agent) Run(ctx context.Context) error {
-	selector := labels.SelectorFromSet(labels.Set{inject.LabelInjected: "true"}).String()
+	selector := labels.SelectorFromSet(labels.Set{batonv1.LabelInjected: "true"}).String()
 	lw := toolscache.NewFilteredListWatchFromClient(a.cfg.Client.CoreV1().RESTClient(), "pods", a.namespace(),
 		func(o *metav1.ListOptions) {
 			o.LabelSelector = selector

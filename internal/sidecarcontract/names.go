@@ -28,24 +28,6 @@ const (
 	EnvLocks = "BATON_LOCKS"
 )
 
-// What the sidecar writes on its own pod.
-const (
-	// ConditionLockHeld is the readiness-gate condition of the ReadinessGate traffic policy: the
-	// webhook adds the gate, the sidecar sets it True while it holds every lock.
-	ConditionLockHeld = "baton.dev/lock-held"
-	// ConditionSteppedAside is the sidecar's answer to the operator's baton.dev/superseded mark
-	// (handoff NewestRevision): True, with the mark as its message, once the sidecar takes no grant
-	// while the mark stays on the pod (it left the queue, refuses acquisitions, and none is in
-	// flight); False once it read the pod without the mark and may take grants again. The operator
-	// marks an old holder only once every old pod that does not hold has stepped aside.
-	ConditionSteppedAside = "baton.dev/stepped-aside"
-	// LabelRole is the pod label of the Label traffic policy.
-	LabelRole = "baton.dev/role"
-	// RoleHolder and RoleStandby are the values of LabelRole.
-	RoleHolder  = "holder"
-	RoleStandby = "standby"
-)
-
 // Shutdown bounds.
 const (
 	// DefaultShutdownTimeout is how long the sidecar may take to release its locks at SIGTERM and,

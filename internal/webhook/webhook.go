@@ -122,7 +122,7 @@ func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	name := strings.TrimSpace(pod.Annotations[inject.AnnotationLock])
+	name := strings.TrimSpace(pod.Annotations[batonv1.AnnotationLock])
 	dl := &batonv1.DistributedLock{}
 	key := client.ObjectKey{Namespace: ns, Name: name}
 	err := p.client.Get(ctx, key, dl)
@@ -182,7 +182,7 @@ func (p *PodInjector) handleUpdate(log logr.Logger, req admission.Request) admis
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("baton: decode old pod: %w", err))
 	}
 	if markers(pod) != markers(old) {
-		msg := fmt.Sprintf("baton: the annotation and label %s are set by baton's webhook when it injects a pod and cannot be added, changed or removed afterwards", inject.AnnotationInjected)
+		msg := fmt.Sprintf("baton: the annotation and label %s are set by baton's webhook when it injects a pod and cannot be added, changed or removed afterwards", batonv1.AnnotationInjected)
 		log.Info("denied", "reason", msg)
 		return admission.Denied(msg)
 	}
@@ -197,7 +197,7 @@ type marked struct {
 
 func markers(pod *corev1.Pod) marked {
 	var m marked
-	m.annotation, m.hasAnnotation = pod.Annotations[inject.AnnotationInjected]
-	m.label, m.hasLabel = pod.Labels[inject.LabelInjected]
+	m.annotation, m.hasAnnotation = pod.Annotations[batonv1.AnnotationInjected]
+	m.label, m.hasLabel = pod.Labels[batonv1.LabelInjected]
 	return m
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/baton-dev/baton/internal/demoapp"
 	"github.com/baton-dev/baton/internal/fencedstore"
 	"github.com/baton-dev/baton/internal/imagebuild"
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/testenv"
 )
 
@@ -67,7 +66,7 @@ func TestSingletonCronJobAcrossNamespaces(t *testing.T) {
 				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
 					BackoffLimit: ptr(int32(0)),
 					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{inject.AnnotationLock: "report"}},
+						ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{batonv1.AnnotationLock: "report"}},
 						Spec: corev1.PodSpec{
 							RestartPolicy: corev1.RestartPolicyNever,
 							Containers: []corev1.Container{{

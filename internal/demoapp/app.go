@@ -74,11 +74,6 @@ type Option func(*App)
 // WithClock sets the clock of the write loop (default: the real clock).
 func WithClock(c clock.WithTicker) Option { return func(a *App) { a.clock = c } }
 
-// WithHTTPClient sets the HTTP client for the fenced store (default: one with a 5s timeout).
-func WithHTTPClient(hc *http.Client) Option {
-	return func(a *App) { a.store = fencedstore.NewClient(a.cfg.FencedURL, hc) }
-}
-
 // New returns the app for cfg (defaults filled in, then validated), asking the sidecar through
 // sidecar.
 func New(cfg Config, sidecar *sidecarclient.Client, log logr.Logger, opts ...Option) (*App, error) {

@@ -94,9 +94,6 @@ func (s *Sidecar) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig)
 // Exited is closed when the process has exited.
 func (s *Sidecar) Exited() <-chan struct{} { return s.exited }
 
-// Err is the process's exit error, once Exited is closed.
-func (s *Sidecar) Err() error { <-s.exited; return s.err }
-
 // New checks cfg and returns an Agent.
 func New(cfg Config) (*Agent, error) {
 	if cfg.Client == nil || cfg.Server == nil || cfg.SidecarBinary == "" || cfg.Dir == "" {

@@ -66,9 +66,6 @@ func WithConnectionPolicy(refuses func(context.Context, *batonv1.DistributedLock
 	return func(p *PodInjector) { p.refuses = refuses }
 }
 
-// WithDecoder sets the decoder of admitted objects (default: one for client-go's scheme).
-func WithDecoder(d admission.Decoder) Option { return func(p *PodInjector) { p.decoder = d } }
-
 // NewPodInjector returns a PodInjector that reads DistributedLocks through c (typically the
 // manager's cached client, whose scheme must know batonv1) and injects with cfg. It validates cfg,
 // so that a bad operator setting is found at start instead of at the first pod.
@@ -83,13 +80,11 @@ func NewPodInjector(c client.Reader, cfg inject.Config, opts ...Option) (*PodInj
 	for _, o := range opts {
 		o(p)
 	}
-	if p.decoder == nil {
-		s := runtime.NewScheme()
-		if err := clientgoscheme.AddToScheme(s); err != nil {
-			return nil, fmt.Errorf("webhook: build scheme: %w", err)
-		}
-		p.decoder = admission.NewDecoder(s)
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("webhook: build scheme: %w", err)
 	}
+	p.decoder = admission.NewDecoder(s)
 	return p, nil
 }
 

@@ -169,8 +169,8 @@ func (g *Gate) patchLabel(ctx context.Context, st GateState) error {
 	return nil
 }
 
-// KubeClient returns a client from the kubeconfig file when given, else the in-cluster config.
-func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
+// kubeClient returns a client from the kubeconfig file when given, else the in-cluster config.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	var (
 		cfg *rest.Config
 		err error

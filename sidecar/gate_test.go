@@ -156,7 +156,7 @@ func TestGateRoleLabel(t *testing.T) {
 // TestUnreachableAPIServerDoesNotDelayFencing: with the API server unreachable, the gate cannot
 // report anything, yet the holder still reports the loss of its lock before the lease ends.
 func TestUnreachableAPIServerDoesNotDelayFencing(t *testing.T) {
-	client, err := KubeClient(writeDeadKubeconfig(t))
+	client, err := kubeClient(writeDeadKubeconfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,9 @@ func TestMetricsFollowTheLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		ctx := context.Background()
-		m := NewMetrics()
+		m := newMetricSet()
 		cut := mem.Client(1, memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 2 * time.Millisecond})
-		h, err := NewInstrumentedHolder(testOptions(t, "a", batonv1.ModeBlocking, "orders"), cut, logr.Discard(), m)
+		h, err := newInstrumentedHolder(testOptions(t, "a", batonv1.ModeBlocking, "orders"), cut, logr.Discard(), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func TestMetricsFollowTheLock(t *testing.T) {
 }
 
 func TestServeMetrics(t *testing.T) {
-	m := NewMetrics()
+	m := newMetricSet()
 	m.acquired("orders", 7)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -123,7 +123,7 @@ func TestInjectedMetricsPortIsServed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the injected sidecar's settings: %v", err)
 	}
-	m := NewMetrics()
+	m := newMetricSet()
 	m.acquired("orders", 7)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -48,11 +48,11 @@ type PodWatch struct {
 	failing bool // the last reading failed (logged once per outage)
 }
 
-// PodWatchPeriod is how often a PodWatch reads the pod: a fifth of yieldWhenUnready, between
+// podWatchPeriod is how often a PodWatch reads the pod: a fifth of yieldWhenUnready, between
 // 500ms and 5s, and at most handoffPeriod with handoff NewestRevision. A lock is given up at most
 // one period after yieldWhenUnready (plus the kubelet's own probe delay), or after the operator
 // marked the pod superseded.
-func PodWatchPeriod(opts Options) time.Duration {
+func podWatchPeriod(opts Options) time.Duration {
 	p := 5 * time.Second
 	if opts.YieldWhenUnready > 0 {
 		p = min(max(opts.YieldWhenUnready/5, 500*time.Millisecond), p)
@@ -77,10 +77,10 @@ type PodReader interface {
 }
 
 // NewPodWatch returns a watch of the pod in opts that tells reader (the Holder) of each reading,
-// every PodWatchPeriod. Read needs no reader.
+// every podWatchPeriod. Read needs no reader.
 func NewPodWatch(client kubernetes.Interface, opts Options, reader PodReader, log logr.Logger) *PodWatch {
 	return &PodWatch{client: client, ns: opts.Pod.Namespace, pod: opts.Pod.Name, uid: types.UID(opts.Pod.UID),
-		period: PodWatchPeriod(opts), reader: reader, handoff: opts.Handoff == batonv1.HandoffNewestRevision, log: log}
+		period: podWatchPeriod(opts), reader: reader, handoff: opts.Handoff == batonv1.HandoffNewestRevision, log: log}
 }
 
 // Run reads the pod every period until ctx ends. A failed reading reports nothing: the holder
@@ -137,7 +137,7 @@ func (w *PodWatch) Read(ctx context.Context) (PodReading, error) {
 
 func reading(pod *corev1.Pod, at time.Time) PodReading {
 	r := PodReading{Superseded: pod.Annotations[batonv1.AnnotationSuperseded], At: at}
-	r.AppReady, r.Detail = AppContainersReady(pod)
+	r.AppReady, r.Detail = appContainersReady(pod)
 	return r
 }
 
@@ -235,10 +235,10 @@ func SteppedAsideFor(pod *corev1.Pod) string {
 	return ""
 }
 
-// AppContainersReady reports whether every container in pod.spec.containers is ready as the
+// appContainersReady reports whether every container in pod.spec.containers is ready as the
 // kubelet last reported it (a container without a status is not ready), and names those that are
 // not, with why when the status says.
-func AppContainersReady(pod *corev1.Pod) (bool, string) {
+func appContainersReady(pod *corev1.Pod) (bool, string) {
 	statuses := make(map[string]corev1.ContainerStatus, len(pod.Status.ContainerStatuses))
 	for _, s := range pod.Status.ContainerStatuses {
 		statuses[s.Name] = s

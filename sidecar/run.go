@@ -35,7 +35,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	var kube kubernetes.Interface
 	if opts.TrafficPolicy != batonv1.TrafficNone || opts.WatchesPod() {
 		var err error
-		if kube, err = KubeClient(opts.Kubeconfig); err != nil {
+		if kube, err = kubeClient(opts.Kubeconfig); err != nil {
 			return err
 		}
 	}
@@ -70,7 +70,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	} else {
 		log.Info("connected to the lock store", "cluster", store.ClusterName())
 	}
-	metrics := NewMetrics()
+	metrics := newMetricSet()
 	var lockOpts []lock.Option
 	if opts.HintPort > 0 {
 		addr, _ := opts.HintAddr() // validated above
@@ -99,7 +99,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 			lockOpts = append(lockOpts, lock.WithZeroWaitRestart(secret))
 		}
 	}
-	holder, err := NewInstrumentedHolder(opts, store, log.WithName("holder"), metrics, lockOpts...)
+	holder, err := newInstrumentedHolder(opts, store, log.WithName("holder"), metrics, lockOpts...)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		watch := NewPodWatch(kube, opts, holder, log.WithName("pod"))
 		go watch.Run(runCtx)
 		log.Info("the locks follow the pod's state", "yieldWhenUnready", opts.YieldWhenUnready.String(),
-			"handoff", opts.Handoff, "readEvery", PodWatchPeriod(opts).String())
+			"handoff", opts.Handoff, "readEvery", podWatchPeriod(opts).String())
 	}
 	holder.Start(runCtx)
 	log.Info("sidecar started", "pod", opts.Owner(), "locks", opts.LockIDs, "mode", opts.Mode, "lease", opts.Lease.String())

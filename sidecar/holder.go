@@ -98,7 +98,7 @@ func NewHolder(opts Options, store lock.Store, log logr.Logger, lockOpts ...lock
 
 // newInstrumentedHolder is NewHolder with metrics: store requests and lock events are recorded in m.
 func newInstrumentedHolder(opts Options, store lock.Store, log logr.Logger, m *metricSet, lockOpts ...lock.Option) (*Holder, error) {
-	return newHolder(opts, m.Instrument(store), log, m, lockOpts...)
+	return newHolder(opts, m.instrument(store), log, m, lockOpts...)
 }
 
 func newHolder(opts Options, store lock.Store, log logr.Logger, m *metricSet, lockOpts ...lock.Option) (*Holder, error) {

@@ -124,8 +124,8 @@ func (m *metricSet) released(id string) {
 	m.releases.WithLabelValues(id).Inc()
 }
 
-// Instrument wraps store so that every request's latency and failure is recorded.
-func (m *metricSet) Instrument(store lock.Store) lock.Store {
+// instrument wraps store so that every request's latency and failure is recorded.
+func (m *metricSet) instrument(store lock.Store) lock.Store {
 	return &instrumentedStore{inner: store, m: m}
 }
 
@@ -227,10 +227,10 @@ type hintCollector struct {
 	received     *prometheus.Desc
 }
 
-// WatchHints exports the counts of the sidecar's hint socket: baton_hints_sent_total,
+// watchHints exports the counts of the sidecar's hint socket: baton_hints_sent_total,
 // baton_hint_send_failures_total and baton_hints_received_total by result (delivered to a waiting
 // lock, malformed, or for no waiter here).
-func (m *metricSet) WatchHints(stats func() hintudp.Stats) {
+func (m *metricSet) watchHints(stats func() hintudp.Stats) {
 	if m == nil {
 		return
 	}

@@ -151,7 +151,7 @@ func lockOptions(ctx context.Context, opts Options, metrics *metricSet, log logr
 			return nil, nil, fmt.Errorf("sidecar: listening for hand-off hints (%s): %w", sidecarcontract.HintPort.Env(), err)
 		}
 		lockOpts = append(lockOpts, lock.WithHinter(hinter))
-		metrics.WatchHints(hinter.Stats)
+		metrics.watchHints(hinter.Stats)
 		log.Info("listening for hand-off hints", "address", "udp://"+hinter.Addr())
 	}
 	if opts.Mode == batonv1.ModeBlocking {

@@ -39,16 +39,16 @@ const (
 	ReasonHolderChanged = "HolderChanged"
 	// ReasonRevoked: a grant named by baton.dev/revoke was revoked.
 	ReasonRevoked = "Revoked"
-	// ReasonRevokeBound: a bare lock ID in baton.dev/revoke was bound to the current grant's token.
-	ReasonRevokeBound = "RevokeBound"
+	// reasonRevokeBound: a bare lock ID in baton.dev/revoke was bound to the current grant's token.
+	reasonRevokeBound = "RevokeBound"
 	// ReasonRevokeGone: the grant named by baton.dev/revoke had already ended; nothing was revoked.
 	ReasonRevokeGone = "RevokeTargetGone"
-	// ReasonRevokeFailed: an entry of baton.dev/revoke is invalid or names nothing to revoke.
-	ReasonRevokeFailed      = "RevokeFailed"
+	// reasonRevokeFailed: an entry of baton.dev/revoke is invalid or names nothing to revoke.
+	reasonRevokeFailed      = "RevokeFailed"
 	ReasonRolloutWouldStall = "RolloutWouldStall"
 	ReasonStoreUnreachable  = "StoreUnreachable"
-	// ReasonConnecting: the first attempt to connect to the lock store is still under way.
-	ReasonConnecting      = "Connecting"
+	// reasonConnecting: the first attempt to connect to the lock store is still under way.
+	reasonConnecting      = "Connecting"
 	ReasonScopeNotAllowed = "ScopeNotAllowed"
 	// ReasonClusterMismatch: the contact points reach another Cassandra cluster than the one the
 	// lock lives on (status.cassandraClusterName); the operator neither reads nor revokes there.
@@ -81,10 +81,10 @@ type StoreSource interface {
 	Store(ctx context.Context, dl *batonv1.DistributedLock) (lock.Store, error)
 }
 
-// ErrorRedactor is a StoreSource that can remove the secrets of dl's connection (user name,
+// errorRedactor is a StoreSource that can remove the secrets of dl's connection (user name,
 // password) from an error of its store: Cassandra quotes the user in some errors (a permission
 // refused to a role), and the reconciler writes store errors into status, Events and its log.
-type ErrorRedactor interface {
+type errorRedactor interface {
 	Redact(ctx context.Context, dl *batonv1.DistributedLock, err error) error
 }
 
@@ -132,7 +132,7 @@ func (r *DistributedLockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("controllers: DistributedLockReconciler needs a Client, Stores and a Recorder")
 	}
 	byAnnotation := func(_ context.Context, ns string, annotations map[string]string) []reconcile.Request {
-		name := strings.TrimSpace(annotations[inject.AnnotationLock])
+		name := strings.TrimSpace(annotations[batonv1.AnnotationLock])
 		if name == "" {
 			return nil
 		}
@@ -218,8 +218,8 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 
-	st.Locks = LockStatuses(dl, snapshots, prev)
-	changes := HolderChanges(prev, st.Locks)
+	st.Locks = lockStatuses(dl, snapshots, prev)
+	changes := holderChanges(prev, st.Locks)
 	r.Metrics.observe(dl, st.Locks, changes)
 	for _, c := range changes {
 		from := c.OldHolder
@@ -261,9 +261,9 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 }
 
 // redact returns err without the secrets of dl's connection, if the StoreSource can tell them
-// (ErrorRedactor); err as it is otherwise.
+// (errorRedactor); err as it is otherwise.
 func (r *DistributedLockReconciler) redact(ctx context.Context, dl *batonv1.DistributedLock, err error) error {
-	if rd, ok := r.Stores.(ErrorRedactor); ok && err != nil {
+	if rd, ok := r.Stores.(errorRedactor); ok && err != nil {
 		return rd.Redact(ctx, dl, err)
 	}
 	return err
@@ -279,8 +279,8 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 	dl.Status.ObservedGeneration = dl.Generation
 	if errors.Is(err, storepool.ErrConnecting) {
 		log.V(1).Info("lock store still connecting", "err", msg)
-		r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionUnknown, ReasonConnecting, msg)
-		r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, ReasonConnecting, "connecting to the lock store; status.locks shows the last state seen")
+		r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionUnknown, reasonConnecting, msg)
+		r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, reasonConnecting, "connecting to the lock store; status.locks shows the last state seen")
 		return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{RequeueAfter: min(r.interval(), connectingPoll)})
 	}
 	r.Metrics.unreachable(dl)
@@ -291,7 +291,7 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 		reason, ready = ReasonClusterMismatch, "the contact points reach another Cassandra cluster than the one this lock lives on; status.locks shows the last state seen on it"
 		announce = was == nil || was.Reason != ReasonClusterMismatch
 		log.Info("lock store is another Cassandra cluster; not reading it", "err", msg)
-	} else if errors.Is(err, ErrConnectionNotAllowed) {
+	} else if errors.Is(err, errConnectionNotAllowed) {
 		reason, ready = ReasonConnectionNotAllowed, "the operator refuses this lock's Cassandra connection; StoreReachable says why"
 		announce = was == nil || was.Reason != ReasonConnectionNotAllowed
 		log.Info("lock store connection not allowed; not connecting", "err", msg)

@@ -25,9 +25,9 @@ import (
 	"github.com/baton-dev/baton/lock"
 )
 
-// ReasonSuperseded is the Event reason when the operator marks pods of older revisions
+// reasonSuperseded is the Event reason when the operator marks pods of older revisions
 // superseded (spec.handoff NewestRevision).
-const ReasonSuperseded = "Superseded"
+const reasonSuperseded = "Superseded"
 
 // handoffPoll is how often the reconciler re-reads the lock store while a rollout under handoff
 // NewestRevision waits for a pod of the newest revision to queue, or for old pods to step aside:
@@ -37,16 +37,16 @@ const handoffPoll = time.Second
 // revisionAnnotation is the Deployment controller's revision number on each ReplicaSet.
 const revisionAnnotation = "deployment.kubernetes.io/revision"
 
-// Handoff is what handoff NewestRevision asks of the pods of one DistributedLock: the value of
+// handoff is what handoff NewestRevision asks of the pods of one DistributedLock: the value of
 // the annotation baton.dev/superseded each should carry, by pod name. Pods in neither map should
 // not carry it.
-type Handoff struct {
+type handoff struct {
 	// Marks are for the old pods that do not hold a lock: marked as soon as a pod of the newest
 	// revision holds or waits, their sidecars leave the queue and step aside (the pod condition
 	// baton.dev/stepped-aside).
 	Marks map[string]string
 	// HolderMarks are for the old holders, once no old pod of their workload waits and every old
-	// pod of it that does not hold has stepped aside (SteppedAside). An old holder that carries a
+	// pod of it that does not hold has stepped aside (steppedAside). An old holder that carries a
 	// mark keeps it.
 	HolderMarks map[string]string
 	// Pending is true while some workload of the lock has pods of an older revision that are not
@@ -68,27 +68,27 @@ type rsInfo struct {
 	revision   int64
 }
 
-// Contenders are the pods holding or waiting for a DistributedLock's locks, from the store, by
+// contenders are the pods holding or waiting for a DistributedLock's locks, from the store, by
 // "namespace/name".
-type Contenders struct {
+type contenders struct {
 	Holders, Waiters map[string]bool
 }
 
-// SupersededPods works out handoff NewestRevision for dl: a pod of a Deployment or StatefulSet
+// supersededPods works out handoff NewestRevision for dl: a pod of a Deployment or StatefulSet
 // using dl is superseded when it is not of the workload's newest revision (the ReplicaSet with the
 // highest deployment.kubernetes.io/revision; the StatefulSet's status.updateRevision) while a pod
 // of the newest revision holds or waits for one of dl's locks. Old pods that do not hold are
 // marked first, pods being deleted included (their sidecars run until their apps stop); an old
 // holder only once no old pod of its workload waits and each of them has stepped aside for its
-// mark (SteppedAside), so that its release goes to a pod of the newest revision and no old pod
+// mark (steppedAside), so that its release goes to a pod of the newest revision and no old pod
 // can take it, whatever its app asks. Old holders being deleted are not marked: they release as
 // they stop. Pods of other owners are never marked. With another handoff policy no pod is marked.
 //
 // It decides on the pods as given: the caller gives a copy read from the API server itself before
 // it marks an old holder.
-func SupersededPods(dl *batonv1.DistributedLock, pods []corev1.Pod, replicaSets []appsv1.ReplicaSet,
-	statefulSets []appsv1.StatefulSet, c Contenders) Handoff {
-	out := Handoff{Marks: map[string]string{}, HolderMarks: map[string]string{}}
+func supersededPods(dl *batonv1.DistributedLock, pods []corev1.Pod, replicaSets []appsv1.ReplicaSet,
+	statefulSets []appsv1.StatefulSet, c contenders) handoff {
+	out := handoff{Marks: map[string]string{}, HolderMarks: map[string]string{}}
 	if dl.Spec.Handoff != batonv1.HandoffNewestRevision {
 		return out
 	}
@@ -150,7 +150,7 @@ func SupersededPods(dl *batonv1.DistributedLock, pods []corev1.Pod, replicaSets 
 		}
 		mark := markOf(o.rev)
 		out.Marks[o.pod.Name] = mark
-		if c.Waiters[o.pod.Namespace+"/"+o.pod.Name] || !SteppedAside(o.pod, mark) {
+		if c.Waiters[o.pod.Namespace+"/"+o.pod.Name] || !steppedAside(o.pod, mark) {
 			notAside[o.rev.workload] = true
 		}
 	}
@@ -200,7 +200,7 @@ func markOf(r podRevision) string {
 	return fmt.Sprintf("revision %s of %s superseded: a pod of the newest revision waits for the lock", r.revision, r.workload)
 }
 
-// SteppedAside reports whether the old pod p can take no grant while it carries mark: p carries
+// steppedAside reports whether the old pod p can take no grant while it carries mark: p carries
 // it and its sidecar says it stepped aside for it (pod condition baton.dev/stepped-aside True
 // with mark as its message: it left the queue, refuses acquisitions and has none in flight, and
 // it withdraws the condition before it takes grants again), or p is being deleted and its
@@ -208,10 +208,10 @@ func markOf(r podRevision) string {
 //
 // It trusts the pod: the app shares the sidecar's service account and could set the condition
 // itself; that can cost a hand-off through an old pod, never the lock's safety.
-func SteppedAside(p *corev1.Pod, mark string) bool {
+func steppedAside(p *corev1.Pod, mark string) bool {
 	if p.Annotations[batonv1.AnnotationSuperseded] == mark {
 		for _, c := range p.Status.Conditions {
-			if c.Type == sidecarcontract.ConditionSteppedAside && c.Status == corev1.ConditionTrue && c.Message == mark {
+			if c.Type == batonv1.ConditionSteppedAside && c.Status == corev1.ConditionTrue && c.Message == mark {
 				return true
 			}
 		}
@@ -227,9 +227,9 @@ func SteppedAside(p *corev1.Pod, mark string) bool {
 	return false
 }
 
-// contenders lists the pods holding or waiting for one of the locks in snapshots.
-func contenders(snapshots map[string]lock.Status) Contenders {
-	c := Contenders{Holders: map[string]bool{}, Waiters: map[string]bool{}}
+// contendersOf lists the pods holding or waiting for one of the locks in snapshots.
+func contendersOf(snapshots map[string]lock.Status) contenders {
+	c := contenders{Holders: map[string]bool{}, Waiters: map[string]bool{}}
 	add := func(to map[string]bool, owner string) {
 		ns, name := sidecarcontract.PodOfOwner(owner)
 		if name != "" {
@@ -247,7 +247,7 @@ func contenders(snapshots map[string]lock.Status) Contenders {
 	return c
 }
 
-// handoff marks and unmarks the pods of dl as SupersededPods says, and reports whether a rollout
+// handoff marks and unmarks the pods of dl as supersededPods says, and reports whether a rollout
 // waits for a pod of the newest revision to queue, or for old pods to step aside (the caller then
 // reads the store again soon). Pods are marked even when dl's handoff is not NewestRevision (any
 // more): then every mark is removed, so no sidecar stays away from its locks. An old holder is
@@ -270,15 +270,15 @@ func (r *DistributedLockReconciler) handoff(ctx context.Context, dl *batonv1.Dis
 			return false, fmt.Errorf("listing workloads: %w", err)
 		}
 	}
-	c := contenders(snapshots)
-	h := SupersededPods(dl, pods.Items, rss.Items, sets.Items, c)
+	c := contendersOf(snapshots)
+	h := supersededPods(dl, pods.Items, rss.Items, sets.Items, c)
 	if marksHolder(pods.Items, h) {
 		live, err := r.livePods(ctx, pods.Items, h.Marks)
 		if err != nil {
 			return false, err
 		}
 		pods.Items = live
-		h = SupersededPods(dl, pods.Items, rss.Items, sets.Items, c)
+		h = supersededPods(dl, pods.Items, rss.Items, sets.Items, c)
 	}
 	marks := maps.Clone(h.Marks)
 	maps.Copy(marks, h.HolderMarks)
@@ -307,14 +307,14 @@ func (r *DistributedLockReconciler) handoff(ctx context.Context, dl *batonv1.Dis
 		slices.Sort(marked)
 		msg := marks[marked[0]]
 		logf.FromContext(ctx).Info("pods superseded by the newest revision", "pods", marked, "why", msg)
-		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonSuperseded, "Handoff",
+		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, reasonSuperseded, "handoff",
 			"pods %s give up the lock: %s", strings.Join(marked, ", "), cmp.Or(msg, "a newer revision waits"))
 	}
 	return h.Pending, errors.Join(errs...)
 }
 
 // marksHolder reports whether h marks an old holder that does not carry its mark yet.
-func marksHolder(pods []corev1.Pod, h Handoff) bool {
+func marksHolder(pods []corev1.Pod, h handoff) bool {
 	for i := range pods {
 		if _, ok := h.HolderMarks[pods[i].Name]; ok && pods[i].Annotations[batonv1.AnnotationSuperseded] == "" {
 			return true

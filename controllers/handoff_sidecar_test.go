@@ -268,7 +268,7 @@ func TestHandoffWaitsForOldPodsToStepAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := steppedAsideFor(&p); got != p.Annotations[batonv1.AnnotationSuperseded] {
-		t.Errorf("the old waiter's condition %s says %q, want its mark %q", sidecarcontract.ConditionSteppedAside, got, p.Annotations[batonv1.AnnotationSuperseded])
+		t.Errorf("the old waiter's condition %s says %q, want its mark %q", batonv1.ConditionSteppedAside, got, p.Annotations[batonv1.AnnotationSuperseded])
 	}
 	if strings.Contains(markOf(&newer), "superseded") {
 		t.Error("the new pod is marked")
@@ -316,7 +316,7 @@ func (hw *holderWatch) names() []string {
 // steppedAsideFor is the message of p's condition baton.dev/stepped-aside when True.
 func steppedAsideFor(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionSteppedAside && c.Status == corev1.ConditionTrue {
+		if c.Type == batonv1.ConditionSteppedAside && c.Status == corev1.ConditionTrue {
 			return c.Message
 		}
 	}

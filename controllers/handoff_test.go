@@ -36,7 +36,7 @@ func replicaSet(ns, deployment string, revision string) appsv1.ReplicaSet {
 
 func lockPod(ns, name, lockName string, owners []metav1.OwnerReference, labels map[string]string) corev1.Pod {
 	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, OwnerReferences: owners,
-		Annotations: map[string]string{inject.AnnotationLock: lockName}}}
+		Annotations: map[string]string{batonv1.AnnotationLock: lockName}}}
 }
 
 // createRollout creates, in ns, a DistributedLock "leader" with handoff NewestRevision, the
@@ -88,7 +88,7 @@ func steppedAside(p corev1.Pod, mark string) corev1.Pod {
 		p.Annotations = map[string]string{}
 	}
 	p.Annotations[batonv1.AnnotationSuperseded] = mark
-	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: sidecarcontract.ConditionSteppedAside,
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: batonv1.ConditionSteppedAside,
 		Status: corev1.ConditionTrue, Reason: "Superseded", Message: mark})
 	return p
 }

@@ -8,10 +8,10 @@ import (
 	"github.com/baton-dev/baton/lock"
 )
 
-// LockStatuses builds the status entry of every lock ID of dl, in spec order, from snapshots of
+// lockStatuses builds the status entry of every lock ID of dl, in spec order, from snapshots of
 // the lock store (keyed by declared lock ID) and the previous status. A lock without a snapshot
 // keeps its previous entry. Transitions counts changes of the holder pod seen by the operator.
-func LockStatuses(dl *batonv1.DistributedLock, snapshots map[string]lock.Status, prev []batonv1.LockStatus) []batonv1.LockStatus {
+func lockStatuses(dl *batonv1.DistributedLock, snapshots map[string]lock.Status, prev []batonv1.LockStatus) []batonv1.LockStatus {
 	before := make(map[string]batonv1.LockStatus, len(prev))
 	for _, p := range prev {
 		before[p.LockID] = p
@@ -49,27 +49,27 @@ func LockStatuses(dl *batonv1.DistributedLock, snapshots map[string]lock.Status,
 	return out
 }
 
-// HolderChange is a lock that was granted to another holder since the previous status.
-type HolderChange struct {
+// holderChange is a lock that was granted to another holder since the previous status.
+type holderChange struct {
 	LockID               string
 	OldHolder, NewHolder string // namespace/name, or "" when the lock was free
 	OldToken, NewToken   int64
 }
 
-// HolderChanges lists the locks whose grant changed from prev to cur (for HolderChanged events).
+// holderChanges lists the locks whose grant changed from prev to cur (for HolderChanged events).
 // A new token for the same pod is a change too: the pod re-acquired the lock.
-func HolderChanges(prev, cur []batonv1.LockStatus) []HolderChange {
+func holderChanges(prev, cur []batonv1.LockStatus) []holderChange {
 	before := make(map[string]batonv1.LockStatus, len(prev))
 	for _, p := range prev {
 		before[p.LockID] = p
 	}
-	var out []HolderChange
+	var out []holderChange
 	for _, c := range cur {
 		p := before[c.LockID]
 		if c.Holder == "" || (c.Token == p.Token && c.Holder == p.Holder && c.HolderNamespace == p.HolderNamespace) {
 			continue
 		}
-		out = append(out, HolderChange{LockID: c.LockID, OldHolder: podName(p), NewHolder: podName(c), OldToken: p.Token, NewToken: c.Token})
+		out = append(out, holderChange{LockID: c.LockID, OldHolder: podName(p), NewHolder: podName(c), OldToken: p.Token, NewToken: c.Token})
 	}
 	return out
 }

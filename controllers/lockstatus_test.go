@@ -25,7 +25,7 @@ func TestLockStatuses(t *testing.T) {
 		"orders":  held("shop/b/uid-b#1", 5, 2),                               // a → b
 		"billing": {Exists: true, Record: lock.Record{Token: 7, Version: 20}}, // free, first seen
 	}
-	got := LockStatuses(dl, snaps, prev)
+	got := lockStatuses(dl, snaps, prev)
 	if len(got) != 3 || got[0].LockID != "orders" || got[1].LockID != "billing" || got[2].LockID != "audit" {
 		t.Fatalf("order or count: %+v", got)
 	}
@@ -41,19 +41,19 @@ func TestLockStatuses(t *testing.T) {
 		t.Errorf("audit without a snapshot should keep its previous status: %+v", a)
 	}
 
-	changes := HolderChanges(prev, got)
-	if len(changes) != 1 || changes[0] != (HolderChange{LockID: "orders", OldHolder: "shop/a", NewHolder: "shop/b", OldToken: 4, NewToken: 5}) {
+	changes := holderChanges(prev, got)
+	if len(changes) != 1 || changes[0] != (holderChange{LockID: "orders", OldHolder: "shop/a", NewHolder: "shop/b", OldToken: 4, NewToken: 5}) {
 		t.Fatalf("changes: %+v", changes)
 	}
 	// The same pod re-acquiring is a change (new token) but not a holder transition.
-	again := LockStatuses(dl, map[string]lock.Status{"orders": held("shop/b/uid-b#2", 6, 0)}, got)
+	again := lockStatuses(dl, map[string]lock.Status{"orders": held("shop/b/uid-b#2", 6, 0)}, got)
 	if again[0].Transitions != 3 {
 		t.Errorf("re-acquisition by the same pod counted as a transition: %+v", again[0])
 	}
-	if ch := HolderChanges(got, again); len(ch) != 1 || ch[0].NewToken != 6 || ch[0].OldHolder != "shop/b" {
+	if ch := holderChanges(got, again); len(ch) != 1 || ch[0].NewToken != 6 || ch[0].OldHolder != "shop/b" {
 		t.Errorf("re-acquisition: %+v", ch)
 	}
-	if ch := HolderChanges(again, again); len(ch) != 0 {
+	if ch := holderChanges(again, again); len(ch) != 0 {
 		t.Errorf("no change reported as %+v", ch)
 	}
 }
@@ -61,12 +61,12 @@ func TestLockStatuses(t *testing.T) {
 func TestLockStatusesRevoked(t *testing.T) {
 	dl := &batonv1.DistributedLock{Spec: batonv1.DistributedLockSpec{LockIDs: []string{"orders"}}}
 	rec := lock.Record{Owner: "shop/b/uid-b#1", Token: 5, Revoked: true}
-	got := LockStatuses(dl, map[string]lock.Status{"orders": {Exists: true, Record: rec}}, nil)
+	got := lockStatuses(dl, map[string]lock.Status{"orders": {Exists: true, Record: rec}}, nil)
 	if !got[0].Revoked || got[0].Holder != "b" {
 		t.Errorf("a revoked grant: %+v, want holder b marked revoked", got[0])
 	}
 	rec.Revoked = false
-	if got := LockStatuses(dl, map[string]lock.Status{"orders": {Exists: true, Record: rec}}, got); got[0].Revoked {
+	if got := lockStatuses(dl, map[string]lock.Status{"orders": {Exists: true, Record: rec}}, got); got[0].Revoked {
 		t.Errorf("a live grant marked revoked: %+v", got[0])
 	}
 }

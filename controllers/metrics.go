@@ -12,17 +12,17 @@ import (
 // The names of the reconciler's metrics, which the chart's alerts and dashboard read
 // (charts/baton, monitoring).
 const (
-	MetricHeld           = "baton_distributedlock_held"
-	MetricToken          = "baton_distributedlock_token"
-	MetricWaiting        = "baton_distributedlock_waiting"
-	MetricStoreReachable = "baton_distributedlock_store_reachable"
-	MetricHolderChanges  = "baton_distributedlock_holder_changes_total"
-	MetricRevocations    = "baton_distributedlock_revocations_total"
+	metricHeld           = "baton_distributedlock_held"
+	metricToken          = "baton_distributedlock_token"
+	metricWaiting        = "baton_distributedlock_waiting"
+	metricStoreReachable = "baton_distributedlock_store_reachable"
+	metricHolderChanges  = "baton_distributedlock_holder_changes_total"
+	metricRevocations    = "baton_distributedlock_revocations_total"
 )
 
 // MetricNames lists the names of the reconciler's metrics.
 func MetricNames() []string {
-	return []string{MetricHeld, MetricToken, MetricWaiting, MetricStoreReachable, MetricHolderChanges, MetricRevocations}
+	return []string{metricHeld, metricToken, metricWaiting, metricStoreReachable, metricHolderChanges, metricRevocations}
 }
 
 // Metrics are the reconciler's Prometheus metrics: what the lock store said at the last reconcile,
@@ -43,12 +43,12 @@ func NewMetrics() *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, lockLabels)
 	}
 	return &Metrics{
-		held:        gauge(MetricHeld, "1 when the lock store shows a holder for the lock, else 0.", lockLabels),
-		token:       gauge(MetricToken, "Fencing token of the lock's current (or last) grant.", lockLabels),
-		waiting:     gauge(MetricWaiting, "Contenders queued for the lock, not counting the holder.", lockLabels),
-		reachable:   gauge(MetricStoreReachable, "1 when the operator could read the DistributedLock's lock store at the last reconcile.", []string{"namespace", "distributedlock"}),
-		changes:     counter(MetricHolderChanges, "Grants to a new holder seen by the operator (it may miss changes between reconciles)."),
-		revocations: counter(MetricRevocations, "Grants revoked through the baton.dev/revoke annotation."),
+		held:        gauge(metricHeld, "1 when the lock store shows a holder for the lock, else 0.", lockLabels),
+		token:       gauge(metricToken, "Fencing token of the lock's current (or last) grant.", lockLabels),
+		waiting:     gauge(metricWaiting, "contenders queued for the lock, not counting the holder.", lockLabels),
+		reachable:   gauge(metricStoreReachable, "1 when the operator could read the DistributedLock's lock store at the last reconcile.", []string{"namespace", "distributedlock"}),
+		changes:     counter(metricHolderChanges, "Grants to a new holder seen by the operator (it may miss changes between reconciles)."),
+		revocations: counter(metricRevocations, "Grants revoked through the "+batonv1.AnnotationRevoke+" annotation."),
 	}
 }
 
@@ -87,7 +87,7 @@ func register[C prometheus.Collector](r prometheus.Registerer, c C) (C, error) {
 	return c, fmt.Errorf("controllers: registering metrics: %w", err)
 }
 
-func (m *Metrics) observe(dl *batonv1.DistributedLock, locks []batonv1.LockStatus, changes []HolderChange) {
+func (m *Metrics) observe(dl *batonv1.DistributedLock, locks []batonv1.LockStatus, changes []holderChange) {
 	if m == nil {
 		return
 	}

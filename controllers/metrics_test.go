@@ -24,7 +24,7 @@ func TestMetrics(t *testing.T) {
 	}
 	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
 	locks := []batonv1.LockStatus{{LockID: "orders", Holder: "web-1", Token: 7, Waiting: 2}, {LockID: "audit"}}
-	again.observe(dl, locks, []HolderChange{{LockID: "orders", NewHolder: "shop/web-1", NewToken: 7}})
+	again.observe(dl, locks, []holderChange{{LockID: "orders", NewHolder: "shop/web-1", NewToken: 7}})
 	m.revoked(dl, "orders")
 
 	want := `

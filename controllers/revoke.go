@@ -22,27 +22,27 @@ import (
 	"github.com/baton-dev/baton/lock"
 )
 
-// RevokeEntry is one entry of the baton.dev/revoke annotation: a lock ID and, once bound, the
+// revokeEntry is one entry of the baton.dev/revoke annotation: a lock ID and, once bound, the
 // fencing token of the one grant to revoke.
-type RevokeEntry struct {
+type revokeEntry struct {
 	LockID string
 	// Token is the grant to revoke; 0 for a bare entry that is not bound to a grant yet.
 	Token int64
 }
 
 // String formats e as it appears in the annotation: "orders=12", or "orders" while unbound.
-func (e RevokeEntry) String() string {
+func (e revokeEntry) String() string {
 	if e.Token == 0 {
 		return e.LockID
 	}
 	return e.LockID + "=" + strconv.FormatInt(e.Token, 10)
 }
 
-// ParseRevoke reads the value of the baton.dev/revoke annotation: comma-separated entries, each
+// parseRevoke reads the value of the baton.dev/revoke annotation: comma-separated entries, each
 // "<lockId>=<token>" or a bare "<lockId>", spaces around either part ignored. It returns the
 // valid entries in order (repeats dropped) and a description of every invalid one. It does not
 // check lock IDs against a DistributedLock.
-func ParseRevoke(value string) (entries []RevokeEntry, invalid []string) {
+func parseRevoke(value string) (entries []revokeEntry, invalid []string) {
 	for _, raw := range strings.Split(value, ",") {
 		raw = strings.TrimSpace(raw)
 		if raw == "" {
@@ -50,7 +50,7 @@ func ParseRevoke(value string) (entries []RevokeEntry, invalid []string) {
 		}
 		id, tok, bound := strings.Cut(raw, "=")
 		id = strings.TrimSpace(id)
-		e := RevokeEntry{LockID: id}
+		e := revokeEntry{LockID: id}
 		if id == "" {
 			invalid = append(invalid, fmt.Sprintf("entry %q names no lock ID: write <lockId>=<token> or <lockId>", raw))
 			continue
@@ -71,8 +71,8 @@ func ParseRevoke(value string) (entries []RevokeEntry, invalid []string) {
 	return entries, invalid
 }
 
-// FormatRevoke is the annotation value of entries.
-func FormatRevoke(entries []RevokeEntry) string {
+// formatRevoke is the annotation value of entries.
+func formatRevoke(entries []revokeEntry) string {
 	parts := make([]string, len(entries))
 	for i, e := range entries {
 		parts[i] = e.String()
@@ -84,19 +84,19 @@ func FormatRevoke(entries []RevokeEntry) string {
 type revocation struct {
 	present bool          // the annotation was there
 	value   string        // its value as read
-	keep    []RevokeEntry // what it should say afterwards: entries still to do, bare ones now bound
+	keep    []revokeEntry // what it should say afterwards: entries still to do, bare ones now bound
 	failed  error         // store errors of revocations to retry
 }
 
 // next is the annotation value after this reconcile, and whether it changes.
 func (rv revocation) next() (string, bool) {
-	var keep []RevokeEntry
+	var keep []revokeEntry
 	for _, e := range rv.keep {
 		if !slices.Contains(keep, e) { // "orders,orders=12" binds to one entry
 			keep = append(keep, e)
 		}
 	}
-	v := FormatRevoke(keep)
+	v := formatRevoke(keep)
 	return v, rv.present && v != rv.value
 }
 
@@ -116,9 +116,9 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 	}
 	log := logf.FromContext(ctx)
 	warn := func(format string, args ...any) {
-		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRevokeFailed, "Revoke", format, args...)
+		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, reasonRevokeFailed, "Revoke", format, args...)
 	}
-	entries, invalid := ParseRevoke(rv.value)
+	entries, invalid := parseRevoke(rv.value)
 	for _, msg := range invalid {
 		warn("%s %s; nothing revoked for it", batonv1.AnnotationRevoke, msg)
 	}
@@ -136,7 +136,7 @@ func (r *DistributedLockReconciler) revoke(ctx context.Context, dl *batonv1.Dist
 			}
 			e.Token = rec.Token
 			rv.keep = append(rv.keep, e)
-			r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonRevokeBound, "Revoke",
+			r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, reasonRevokeBound, "Revoke",
 				"lock %s: %s bound to %s's grant (token %d); only that grant will be revoked", e.LockID, batonv1.AnnotationRevoke, holderName(rec.Owner), e.Token)
 			continue
 		}
@@ -202,7 +202,7 @@ func (r *DistributedLockReconciler) bindRevocations(ctx context.Context, dl *bat
 		return false, nil
 	case apierrors.IsConflict(err) || apierrors.IsInvalid(err):
 		// The test operation failed: the annotation changed since it was read.
-		logf.FromContext(ctx).V(1).Info("baton.dev/revoke changed meanwhile; reading it again", "err", err.Error())
+		logf.FromContext(ctx).V(1).Info(batonv1.AnnotationRevoke+" changed meanwhile; reading it again", "err", err.Error())
 		return true, nil
 	default:
 		return false, fmt.Errorf("updating annotation %s to %q: %w", batonv1.AnnotationRevoke, value, err)

@@ -52,8 +52,8 @@ func RolloutProblems(dl *batonv1.DistributedLock, deployments []appsv1.Deploymen
 
 // usesLock reports whether a pod template with these annotations in namespace uses dl.
 func usesLock(namespace string, annotations map[string]string, dl *batonv1.DistributedLock) bool {
-	return namespace == dl.Namespace && strings.TrimSpace(annotations[inject.AnnotationLock]) == dl.Name &&
-		!inject.OptedOut(annotations[inject.AnnotationInject])
+	return namespace == dl.Namespace && strings.TrimSpace(annotations[batonv1.AnnotationLock]) == dl.Name &&
+		!inject.OptedOut(annotations[batonv1.AnnotationInject])
 }
 
 // standbysStayNotReady says why pods that wait for dl's lock are never Ready, and the change to

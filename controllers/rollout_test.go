@@ -11,11 +11,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/inject"
 )
 
 func template(lock string, extra ...string) corev1.PodTemplateSpec {
-	a := map[string]string{inject.AnnotationLock: lock}
+	a := map[string]string{batonv1.AnnotationLock: lock}
 	for i := 0; i+1 < len(extra); i += 2 {
 		a[extra[i]] = extra[i+1]
 	}
@@ -47,7 +46,7 @@ func TestRolloutProblemsDeployments(t *testing.T) {
 		{"recreate", deployment("web", 3, appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, template("leader")), ""},
 		{"scaled to zero", deployment("web", 0, appsv1.DeploymentStrategy{}, template("leader")), ""},
 		{"other lock", deployment("web", 3, appsv1.DeploymentStrategy{}, template("other")), ""},
-		{"opted out", deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader", inject.AnnotationInject, "false")), ""},
+		{"opted out", deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader", batonv1.AnnotationInject, "false")), ""},
 		{"bad percentage", deployment("web", 3, rolling(intstr.FromString("lots")), template("leader")), "maxUnavailable lots"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

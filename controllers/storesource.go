@@ -23,11 +23,11 @@ import (
 	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
-// ErrConnectionNotAllowed is returned (wrapped) for a DistributedLock whose lock store connection
+// errConnectionNotAllowed is returned (wrapped) for a DistributedLock whose lock store connection
 // the operator refuses to make: a contact point off its allow-list, a Secret that did not opt in,
 // or no credentials at all when anonymous Cassandra is not allowed. The operator makes no
 // connection for such a lock.
-var ErrConnectionNotAllowed = errors.New("connection not allowed")
+var errConnectionNotAllowed = errors.New("connection not allowed")
 
 // PoolSource is the operator's StoreSource: it resolves a DistributedLock's connection (the
 // operator's defaults overridden by spec.cassandra, Secrets read from the lock's namespace),
@@ -82,17 +82,17 @@ func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lo
 }
 
 // Refuses returns why the operator's policy refuses dl's lock store connection (an error wrapping
-// ErrConnectionNotAllowed), or nil when it allows it or cannot tell (a Secret could not be read,
+// errConnectionNotAllowed), or nil when it allows it or cannot tell (a Secret could not be read,
 // a setting is malformed: the sidecar reports those itself). The webhook asks it before it
 // injects a sidecar that would make that connection.
 func (s *PoolSource) Refuses(ctx context.Context, dl *batonv1.DistributedLock) error {
-	if _, err := s.Connection(ctx, dl); errors.Is(err, ErrConnectionNotAllowed) {
+	if _, err := s.Connection(ctx, dl); errors.Is(err, errConnectionNotAllowed) {
 		return err
 	}
 	return nil
 }
 
-// Redact implements ErrorRedactor: err without the user name and password of dl's connection.
+// Redact implements errorRedactor: err without the user name and password of dl's connection.
 // When the connection cannot be resolved again (a Secret changed or could not be read), it cannot
 // tell what to remove and withholds err's text altogether (errors.Is and As still see err).
 func (s *PoolSource) Redact(ctx context.Context, dl *batonv1.DistributedLock, err error) error {
@@ -117,7 +117,7 @@ func (e *withheldError) Error() string {
 func (e *withheldError) Unwrap() error { return e.err }
 
 // Connection resolves dl's lock store connection, reading the Secrets it names, and checks it
-// against the operator's policy (errors wrapping ErrConnectionNotAllowed).
+// against the operator's policy (errors wrapping errConnectionNotAllowed).
 func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock) (cassandrastore.Connection, error) {
 	spec := s.Config.StoreConnection(dl)
 	t := cassandrastore.Connection{ContactPoints: spec.ContactPoints, Keyspace: spec.Keyspace, LocalDC: spec.LocalDC}
@@ -173,7 +173,7 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 		return t, fmt.Errorf("%w: no Cassandra credentials for keyspace %s: name a Secret labelled %s=true in spec.cassandra.credentialsSecretRef "+
 			"(or a client certificate in tlsSecretRef); the operator uses its own credentials only for its keyspaces %v on its contact points, "+
 			"and connects without credentials only when started with --allow-anonymous-cassandra",
-			ErrConnectionNotAllowed, cmp.Or(t.Keyspace, cassandrastore.DefaultKeyspace), s.operatorKeyspaces(), batonv1.LabelCassandraSecret)
+			errConnectionNotAllowed, cmp.Or(t.Keyspace, cassandrastore.DefaultKeyspace), s.operatorKeyspaces(), batonv1.LabelCassandraSecret)
 	}
 	return t, nil
 }
@@ -218,7 +218,7 @@ func (s *PoolSource) checkContactPoints(hosts []string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: contact point(s) %v are not on the operator's allow-list %v: the operator sends credentials only to Cassandra servers "+
-		"its administrator listed (--cassandra-allowed-hosts); use those, or ask the administrator to add yours", ErrConnectionNotAllowed, refused, allowed)
+		"its administrator listed (--cassandra-allowed-hosts); use those, or ask the administrator to add yours", errConnectionNotAllowed, refused, allowed)
 }
 
 // normalHost returns h as host:port for comparison, with Cassandra's port 9042 when h has none:
@@ -251,7 +251,7 @@ func (s *PoolSource) secret(ctx context.Context, ns, name, field string) (map[st
 	}
 	if err != nil || sec.Labels[batonv1.LabelCassandraSecret] != "true" {
 		return nil, fmt.Errorf("%w: Secret %s/%s named in spec.cassandra.%s does not exist or lacks the label %s=true, "+
-			"by which whoever manages a Secret lets the operator use it for Cassandra", ErrConnectionNotAllowed, ns, name, field, batonv1.LabelCassandraSecret)
+			"by which whoever manages a Secret lets the operator use it for Cassandra", errConnectionNotAllowed, ns, name, field, batonv1.LabelCassandraSecret)
 	}
 	return sec.Data, nil
 }

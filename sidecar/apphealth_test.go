@@ -259,9 +259,9 @@ func TestAppContainersReady(t *testing.T) {
 		{"no status", pod(corev1.ContainerStatus{Name: "app", Ready: true}), false, "container proxy has no status yet"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ready, detail := AppContainersReady(c.pod)
+			ready, detail := appContainersReady(c.pod)
 			if ready != c.ready || detail != c.detail {
-				t.Errorf("AppContainersReady = %v, %q; want %v, %q", ready, detail, c.ready, c.detail)
+				t.Errorf("appContainersReady = %v, %q; want %v, %q", ready, detail, c.ready, c.detail)
 			}
 		})
 	}
@@ -316,7 +316,7 @@ func TestPodWatchReportsOnlyReadings(t *testing.T) {
 		{0, batonv1.HandoffNewestRevision, time.Second},
 	} {
 		o.YieldWhenUnready, o.Handoff = c.yieldWhenUnready, c.handoff
-		if p := PodWatchPeriod(o); p != c.want {
+		if p := podWatchPeriod(o); p != c.want {
 			t.Errorf("period for yieldWhenUnready %v, handoff %s: %v, want %v", c.yieldWhenUnready, c.handoff, p, c.want)
 		}
 	}

@@ -140,7 +140,7 @@ func (g *Gate) patchCondition(ctx context.Context, st GateState) error {
 		g.transitions = time.Now()
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
-		"type": sidecarcontract.ConditionLockHeld, "status": status, "reason": st.Reason, "message": st.Message,
+		"type": batonv1.ConditionLockHeld, "status": status, "reason": st.Reason, "message": st.Message,
 		"lastTransitionTime": metav1.NewTime(g.transitions).Rfc3339Copy(),
 	}}}})
 	if err != nil {
@@ -148,29 +148,29 @@ func (g *Gate) patchCondition(ctx context.Context, st GateState) error {
 	}
 	_, err = g.client.CoreV1().Pods(g.ns).Patch(ctx, g.pod, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
-		return fmt.Errorf("patching condition %s of pod %s/%s: %w", sidecarcontract.ConditionLockHeld, g.ns, g.pod, err)
+		return fmt.Errorf("patching condition %s of pod %s/%s: %w", batonv1.ConditionLockHeld, g.ns, g.pod, err)
 	}
 	return nil
 }
 
 func (g *Gate) patchLabel(ctx context.Context, st GateState) error {
-	role := sidecarcontract.RoleStandby
+	role := batonv1.RoleStandby
 	if st.Held {
-		role = sidecarcontract.RoleHolder
+		role = batonv1.RoleHolder
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{sidecarcontract.LabelRole: role}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{batonv1.LabelRole: role}}})
 	if err != nil {
 		return err
 	}
 	_, err = g.client.CoreV1().Pods(g.ns).Patch(ctx, g.pod, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		return fmt.Errorf("setting label %s=%s on pod %s/%s: %w", sidecarcontract.LabelRole, role, g.ns, g.pod, err)
+		return fmt.Errorf("setting label %s=%s on pod %s/%s: %w", batonv1.LabelRole, role, g.ns, g.pod, err)
 	}
 	return nil
 }
 
-// KubeClient returns a client from the kubeconfig file when given, else the in-cluster config.
-func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
+// kubeClient returns a client from the kubeconfig file when given, else the in-cluster config.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	var (
 		cfg *rest.Config
 		err error

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock/memstore"
 )
@@ -34,7 +33,7 @@ func gatedPod(t *testing.T, client kubernetes.Interface, ns, name string, policy
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			Containers:     []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
-			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: sidecarcontract.ConditionLockHeld}},
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: batonv1.ConditionLockHeld}},
 		},
 	}
 	created, err := client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
@@ -79,7 +78,7 @@ func condition(t *testing.T, client kubernetes.Interface, ns, name string) (core
 		t.Fatal(err)
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionLockHeld {
+		if c.Type == batonv1.ConditionLockHeld {
 			return c, true
 		}
 	}
@@ -128,24 +127,24 @@ func TestGateRoleLabel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pod.Labels[sidecarcontract.LabelRole]
+		return pod.Labels[batonv1.LabelRole]
 	}
 	a := runGated(t, client, mem, 1, gatedPod(t, client, ns, "a", batonv1.TrafficLabel))
-	testenv.WaitFor(t, "pod a labelled holder", 10*time.Second, func() bool { return label("a") == sidecarcontract.RoleHolder })
+	testenv.WaitFor(t, "pod a labelled holder", 10*time.Second, func() bool { return label("a") == batonv1.RoleHolder })
 	runGated(t, client, mem, 2, gatedPod(t, client, ns, "b", batonv1.TrafficLabel))
-	testenv.WaitFor(t, "pod b labelled standby", 10*time.Second, func() bool { return label("b") == sidecarcontract.RoleStandby })
+	testenv.WaitFor(t, "pod b labelled standby", 10*time.Second, func() bool { return label("b") == batonv1.RoleStandby })
 	if _, ok := condition(t, client, ns, "a"); ok {
 		t.Fatal("label mode must not write the readiness condition")
 	}
 	_ = a.Shutdown(context.Background())
-	testenv.WaitFor(t, "pod b labelled holder", 10*time.Second, func() bool { return label("b") == sidecarcontract.RoleHolder })
-	testenv.WaitFor(t, "pod a labelled standby", 10*time.Second, func() bool { return label("a") == sidecarcontract.RoleStandby })
+	testenv.WaitFor(t, "pod b labelled holder", 10*time.Second, func() bool { return label("b") == batonv1.RoleHolder })
+	testenv.WaitFor(t, "pod a labelled standby", 10*time.Second, func() bool { return label("a") == batonv1.RoleStandby })
 }
 
 // TestUnreachableAPIServerDoesNotDelayFencing: with the API server unreachable, the gate cannot
 // report anything, yet the holder still reports the loss of its lock before the lease ends.
 func TestUnreachableAPIServerDoesNotDelayFencing(t *testing.T) {
-	client, err := KubeClient(writeDeadKubeconfig(t))
+	client, err := kubeClient(writeDeadKubeconfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}

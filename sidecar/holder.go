@@ -29,7 +29,7 @@ type Holder struct {
 	store   lock.Store
 	locker  *lock.Locker
 	log     logr.Logger
-	metrics *Metrics // nil: no metrics
+	metrics *metricSet // nil: no metrics
 
 	mu       sync.Mutex
 	locks    map[string]*lockState // by declared lock ID
@@ -91,17 +91,17 @@ type yieldRequest struct {
 var _ sidecarapi.Service = (*Holder)(nil)
 
 // NewHolder returns a Holder for the validated options opts on store. Extra lock options (for
-// example a test clock or a hinter) are passed to the lock.Locker. Metrics are optional.
+// example a test clock or a hinter) are passed to the lock.Locker. It records no metrics.
 func NewHolder(opts Options, store lock.Store, log logr.Logger, lockOpts ...lock.Option) (*Holder, error) {
 	return newHolder(opts, store, log, nil, lockOpts...)
 }
 
-// NewInstrumentedHolder is NewHolder with metrics: store requests and lock events are recorded in m.
-func NewInstrumentedHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lockOpts ...lock.Option) (*Holder, error) {
-	return newHolder(opts, m.Instrument(store), log, m, lockOpts...)
+// newInstrumentedHolder is NewHolder with metrics: store requests and lock events are recorded in m.
+func newInstrumentedHolder(opts Options, store lock.Store, log logr.Logger, m *metricSet, lockOpts ...lock.Option) (*Holder, error) {
+	return newHolder(opts, m.instrument(store), log, m, lockOpts...)
 }
 
-func newHolder(opts Options, store lock.Store, log logr.Logger, m *Metrics, lockOpts ...lock.Option) (*Holder, error) {
+func newHolder(opts Options, store lock.Store, log logr.Logger, m *metricSet, lockOpts ...lock.Option) (*Holder, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

@@ -22,23 +22,23 @@ import (
 // The names of the sidecar's own metric families, which the chart's alerts and dashboard read
 // (charts/baton, monitoring). The histograms are exported as _bucket, _sum and _count series.
 const (
-	MetricHeld         = "baton_lock_held"
-	MetricToken        = "baton_lock_token"
-	MetricAcquisitions = "baton_lock_acquisitions_total"
-	MetricLosses       = "baton_lock_losses_total"
-	MetricReleases     = "baton_lock_releases_total"
-	MetricRenewSeconds = "baton_lock_renew_seconds"
-	MetricStoreSeconds = "baton_store_request_seconds"
-	MetricStoreErrors  = "baton_store_errors_total"
+	metricHeld         = "baton_lock_held"
+	metricToken        = "baton_lock_token"
+	metricAcquisitions = "baton_lock_acquisitions_total"
+	metricLosses       = "baton_lock_losses_total"
+	metricReleases     = "baton_lock_releases_total"
+	metricRenewSeconds = "baton_lock_renew_seconds"
+	metricStoreSeconds = "baton_store_request_seconds"
+	metricStoreErrors  = "baton_store_errors_total"
 )
 
 // MetricNames lists the names of the sidecar's own metric families.
 func MetricNames() []string {
-	return []string{MetricHeld, MetricToken, MetricAcquisitions, MetricLosses, MetricReleases, MetricRenewSeconds, MetricStoreSeconds, MetricStoreErrors}
+	return []string{metricHeld, metricToken, metricAcquisitions, metricLosses, metricReleases, metricRenewSeconds, metricStoreSeconds, metricStoreErrors}
 }
 
-// Metrics are the sidecar's Prometheus metrics, on a registry of their own.
-type Metrics struct {
+// metricSet is the sidecar's Prometheus metrics, on a registry of its own.
+type metricSet struct {
 	Registry     *prometheus.Registry
 	held         *prometheus.GaugeVec
 	token        *prometheus.GaugeVec
@@ -50,27 +50,27 @@ type Metrics struct {
 	storeErrors  *prometheus.CounterVec
 }
 
-// NewMetrics registers the sidecar's metrics (and the Go and process collectors) on a new registry.
-func NewMetrics() *Metrics {
-	m := &Metrics{
+// newMetricSet registers the sidecar's metrics (and the Go and process collectors) on a new registry.
+func newMetricSet() *metricSet {
+	m := &metricSet{
 		Registry: prometheus.NewRegistry(),
-		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricHeld,
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricHeld,
 			Help: "1 while this pod holds the lock, else 0."}, []string{"lock"}),
-		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricToken,
+		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricToken,
 			Help: "Fencing token of the lock's current or last grant to this pod."}, []string{"lock"}),
-		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricAcquisitions,
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricAcquisitions,
 			Help: "Grants of the lock to this pod."}, []string{"lock"}),
-		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLosses,
+		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricLosses,
 			Help: "Times this pod lost the lock without releasing it, by reason."}, []string{"lock", "reason"}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReleases,
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricReleases,
 			Help: "Releases of the lock by this pod."}, []string{"lock"}),
-		renewals: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricRenewSeconds,
+		renewals: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricRenewSeconds,
 			Help:    "Latency of lease renewals by outcome (ok, error).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"lock", "outcome"}),
-		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricStoreSeconds,
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricStoreSeconds,
 			Help:    "Latency of lock-store requests by operation (renewals are cas).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"op"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricStoreErrors,
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricStoreErrors,
 			Help: "Failed lock-store requests by operation."}, []string{"op"}),
 	}
 	m.Registry.MustRegister(m.held, m.token, m.acquisitions, m.losses, m.releases, m.renewals, m.requests, m.storeErrors,
@@ -78,7 +78,7 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-func (m *Metrics) acquired(id string, token int64) {
+func (m *metricSet) acquired(id string, token int64) {
 	if m == nil {
 		return
 	}
@@ -87,7 +87,7 @@ func (m *Metrics) acquired(id string, token int64) {
 	m.acquisitions.WithLabelValues(id).Inc()
 }
 
-func (m *Metrics) lost(id string, err error) {
+func (m *metricSet) lost(id string, err error) {
 	if m == nil {
 		return
 	}
@@ -105,7 +105,7 @@ func (m *Metrics) lost(id string, err error) {
 }
 
 // renewed records one renewal attempt of the declared lock id.
-func (m *Metrics) renewed(id string, took time.Duration, err error) {
+func (m *metricSet) renewed(id string, took time.Duration, err error) {
 	if m == nil {
 		return
 	}
@@ -116,7 +116,7 @@ func (m *Metrics) renewed(id string, took time.Duration, err error) {
 	m.renewals.WithLabelValues(id, outcome).Observe(took.Seconds())
 }
 
-func (m *Metrics) released(id string) {
+func (m *metricSet) released(id string) {
 	if m == nil {
 		return
 	}
@@ -124,14 +124,14 @@ func (m *Metrics) released(id string) {
 	m.releases.WithLabelValues(id).Inc()
 }
 
-// Instrument wraps store so that every request's latency and failure is recorded.
-func (m *Metrics) Instrument(store lock.Store) lock.Store {
+// instrument wraps store so that every request's latency and failure is recorded.
+func (m *metricSet) instrument(store lock.Store) lock.Store {
 	return &instrumentedStore{inner: store, m: m}
 }
 
 type instrumentedStore struct {
 	inner lock.Store
-	m     *Metrics
+	m     *metricSet
 }
 
 func (s *instrumentedStore) observe(op string, start time.Time, err error) {
@@ -185,7 +185,7 @@ func (s *instrumentedStore) Queue(ctx context.Context, id string, from int64, li
 // that Prometheus scrapes the pod's IP). The metrics are read-only and hold no secrets; the lock
 // API is never served here (its TCP listener, ListenTCP, stays loopback-only). Nothing limits who
 // may scrape a non-loopback address: a NetworkPolicy does, if wanted.
-func serveMetrics(ctx context.Context, addr string, m *Metrics) (net.Listener, error) {
+func serveMetrics(ctx context.Context, addr string, m *metricSet) (net.Listener, error) {
 	if err := checkMetricsAddr(addr); err != nil {
 		return nil, err
 	}
@@ -227,10 +227,10 @@ type hintCollector struct {
 	received     *prometheus.Desc
 }
 
-// WatchHints exports the counts of the sidecar's hint socket: baton_hints_sent_total,
+// watchHints exports the counts of the sidecar's hint socket: baton_hints_sent_total,
 // baton_hint_send_failures_total and baton_hints_received_total by result (delivered to a waiting
 // lock, malformed, or for no waiter here).
-func (m *Metrics) WatchHints(stats func() hintudp.Stats) {
+func (m *metricSet) watchHints(stats func() hintudp.Stats) {
 	if m == nil {
 		return
 	}

@@ -27,9 +27,9 @@ func TestMetricsFollowTheLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		ctx := context.Background()
-		m := NewMetrics()
+		m := newMetricSet()
 		cut := mem.Client(1, memstore.Faults{MinLatency: time.Millisecond, MaxLatency: 2 * time.Millisecond})
-		h, err := NewInstrumentedHolder(testOptions(t, "a", batonv1.ModeBlocking, "orders"), cut, logr.Discard(), m)
+		h, err := newInstrumentedHolder(testOptions(t, "a", batonv1.ModeBlocking, "orders"), cut, logr.Discard(), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestMetricsFollowTheLock(t *testing.T) {
 }
 
 func TestServeMetrics(t *testing.T) {
-	m := NewMetrics()
+	m := newMetricSet()
 	m.acquired("orders", 7)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -104,7 +104,7 @@ func TestServeMetrics(t *testing.T) {
 // scrapes it on an address other than loopback when this host has one.
 func TestInjectedMetricsPortIsServed(t *testing.T) {
 	port := testenv.FreePort(t)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker", Annotations: map[string]string{inject.AnnotationLock: "orders"}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker", Annotations: map[string]string{batonv1.AnnotationLock: "orders"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
 	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
 		Spec: batonv1.DistributedLockSpec{LockIDs: []string{"orders"}}}
@@ -124,7 +124,7 @@ func TestInjectedMetricsPortIsServed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the injected sidecar's settings: %v", err)
 	}
-	m := NewMetrics()
+	m := newMetricSet()
 	m.acquired("orders", 7)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
 // PodWatch reads the sidecar's pod and tells the Holder (PodReading) what it needs: the readiness
@@ -49,11 +48,11 @@ type PodWatch struct {
 	failing bool // the last reading failed (logged once per outage)
 }
 
-// PodWatchPeriod is how often a PodWatch reads the pod: a fifth of yieldWhenUnready, between
+// podWatchPeriod is how often a PodWatch reads the pod: a fifth of yieldWhenUnready, between
 // 500ms and 5s, and at most handoffPeriod with handoff NewestRevision. A lock is given up at most
 // one period after yieldWhenUnready (plus the kubelet's own probe delay), or after the operator
 // marked the pod superseded.
-func PodWatchPeriod(opts Options) time.Duration {
+func podWatchPeriod(opts Options) time.Duration {
 	p := 5 * time.Second
 	if opts.YieldWhenUnready > 0 {
 		p = min(max(opts.YieldWhenUnready/5, 500*time.Millisecond), p)
@@ -78,10 +77,10 @@ type PodReader interface {
 }
 
 // NewPodWatch returns a watch of the pod in opts that tells reader (the Holder) of each reading,
-// every PodWatchPeriod. Read needs no reader.
+// every podWatchPeriod. Read needs no reader.
 func NewPodWatch(client kubernetes.Interface, opts Options, reader PodReader, log logr.Logger) *PodWatch {
 	return &PodWatch{client: client, ns: opts.Pod.Namespace, pod: opts.Pod.Name, uid: types.UID(opts.Pod.UID),
-		period: PodWatchPeriod(opts), reader: reader, handoff: opts.Handoff == batonv1.HandoffNewestRevision, log: log}
+		period: podWatchPeriod(opts), reader: reader, handoff: opts.Handoff == batonv1.HandoffNewestRevision, log: log}
 }
 
 // Run reads the pod every period until ctx ends. A failed reading reports nothing: the holder
@@ -138,7 +137,7 @@ func (w *PodWatch) Read(ctx context.Context) (PodReading, error) {
 
 func reading(pod *corev1.Pod, at time.Time) PodReading {
 	r := PodReading{Superseded: pod.Annotations[batonv1.AnnotationSuperseded], At: at}
-	r.AppReady, r.Detail = AppContainersReady(pod)
+	r.AppReady, r.Detail = appContainersReady(pod)
 	return r
 }
 
@@ -208,7 +207,7 @@ func (w *PodWatch) stepAside(ctx context.Context, pod *corev1.Pod) {
 // when given, and returns the pod as written.
 func (w *PodWatch) patchSteppedAside(ctx context.Context, resourceVersion string, status corev1.ConditionStatus, reason, msg string) (*corev1.Pod, error) {
 	patch := map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
-		Type: sidecarcontract.ConditionSteppedAside, Status: status, Reason: reason, Message: msg,
+		Type: batonv1.ConditionSteppedAside, Status: status, Reason: reason, Message: msg,
 		LastTransitionTime: metav1.Now(),
 	}}}}
 	if resourceVersion != "" {
@@ -220,7 +219,7 @@ func (w *PodWatch) patchSteppedAside(ctx context.Context, resourceVersion string
 	}
 	pod, err := w.client.CoreV1().Pods(w.ns).Patch(ctx, w.pod, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
 	if err != nil {
-		return nil, fmt.Errorf("setting condition %s %s on pod %s/%s: %w", sidecarcontract.ConditionSteppedAside, status, w.ns, w.pod, err)
+		return nil, fmt.Errorf("setting condition %s %s on pod %s/%s: %w", batonv1.ConditionSteppedAside, status, w.ns, w.pod, err)
 	}
 	return pod, w.checkUID(pod)
 }
@@ -229,17 +228,17 @@ func (w *PodWatch) patchSteppedAside(ctx context.Context, resourceVersion string
 // (the superseded mark its sidecar stepped aside for), "" otherwise.
 func SteppedAsideFor(pod *corev1.Pod) string {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionSteppedAside && c.Status == corev1.ConditionTrue {
+		if c.Type == batonv1.ConditionSteppedAside && c.Status == corev1.ConditionTrue {
 			return c.Message
 		}
 	}
 	return ""
 }
 
-// AppContainersReady reports whether every container in pod.spec.containers is ready as the
+// appContainersReady reports whether every container in pod.spec.containers is ready as the
 // kubelet last reported it (a container without a status is not ready), and names those that are
 // not, with why when the status says.
-func AppContainersReady(pod *corev1.Pod) (bool, string) {
+func appContainersReady(pod *corev1.Pod) (bool, string) {
 	statuses := make(map[string]corev1.ContainerStatus, len(pod.Status.ContainerStatuses))
 	for _, s := range pod.Status.ContainerStatuses {
 		statuses[s.Name] = s

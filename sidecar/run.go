@@ -25,42 +25,92 @@ const sessionCloseTimeout = time.Second
 
 // Run runs the sidecar until ctx ends (SIGTERM), then shuts down within opts.ShutdownTimeout:
 // it stops claiming its locks, releases them and closes the API. Connecting to Cassandra is
-// retried with progress logs until ctx ends.
+// retried with progress logs until ctx ends. Its phases: check the options and the Kubernetes
+// client, connect to the lock store, set up the lock's options, build the holder, serve the API
+// and the metrics, hold, and shut down.
 func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	// The Kubernetes client config is checked before any work: outside a cluster the default
-	// traffic policy cannot work, and that must not surface only after Cassandra is reached.
-	var kube kubernetes.Interface
-	if opts.TrafficPolicy != batonv1.TrafficNone || opts.WatchesPod() {
-		var err error
-		if kube, err = KubeClient(opts.Kubeconfig); err != nil {
-			return err
-		}
-	}
-	cc, err := opts.Cassandra.ClusterConfig()
+	kube, err := kubeClientFor(opts)
 	if err != nil {
-		return fmt.Errorf("sidecar: %w", err)
+		return err
 	}
-	session, err := connect(ctx, cc, log)
-	if err != nil && ctx.Err() != nil {
+	store, closeSession, err := connectStore(ctx, opts, log)
+	if errors.Is(err, errStoppedBeforeStore) {
 		log.Info("stopped before Cassandra was reachable: no lock was held")
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// By now every lock is given back (or expires by itself): closing the session only tidies
-		// up, so a hung node's connection may not hold the pod's exit for long.
+	defer closeSession()
+	metrics := newMetricSet()
+	lockOpts, closeLockOptions, err := lockOptions(ctx, opts, metrics, log)
+	if err != nil {
+		return err
+	}
+	defer closeLockOptions()
+	holder, err := newInstrumentedHolder(opts, store, log.WithName("holder"), metrics, lockOpts...)
+	if err != nil {
+		return err
+	}
+	srv, served, err := serve(ctx, opts, holder, metrics, log)
+	if err != nil {
+		return err
+	}
+	runCtx, stopHolding := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHolding()
+	gate, stopGate := hold(runCtx, kube, opts, holder, log)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: releasing locks", "timeout", opts.ShutdownTimeout.String())
+	case err := <-served:
+		log.Error(err, "lock API stopped; shutting down")
+	}
+	return shutdown(ctx, opts, gate, stopGate, holder, stopHolding, srv, log)
+}
+
+// errStoppedBeforeStore is connectStore's error when ctx ended before Cassandra was reachable.
+var errStoppedBeforeStore = errors.New("sidecar: stopped before Cassandra was reachable")
+
+// kubeClientFor returns the Kubernetes client the sidecar needs, or nil when it needs none (traffic
+// policy None and no pod watch). It runs before any other work: outside a cluster the default
+// traffic policy cannot work, and that must not surface only after Cassandra is reached. It does
+// not contact the API server.
+func kubeClientFor(opts Options) (kubernetes.Interface, error) {
+	if opts.TrafficPolicy == batonv1.TrafficNone && !opts.WatchesPod() {
+		return nil, nil
+	}
+	return kubeClient(opts.Kubeconfig)
+}
+
+// connectStore connects to Cassandra, retrying until ctx ends (then errStoppedBeforeStore), and
+// opens the lock store. closeSession closes the session, waiting at most sessionCloseTimeout: by
+// the time it runs every lock is given back (or expires by itself), so closing the session only
+// tidies up, and a hung node's connection may not hold the pod's exit for long.
+func connectStore(ctx context.Context, opts Options, log logr.Logger) (store *cassandrastore.Store, closeSession func(), err error) {
+	cc, err := opts.Cassandra.ClusterConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sidecar: %w", err)
+	}
+	session, err := connect(ctx, cc, log)
+	if err != nil && ctx.Err() != nil {
+		return nil, nil, errStoppedBeforeStore
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	closeSession = func() {
 		if !cassandrastore.CloseSession(session, sessionCloseTimeout) {
 			log.Info("closing the Cassandra session is taking long; exiting without waiting", "waited", sessionCloseTimeout.String())
 		}
-	}()
-	store, err := openStore(ctx, session, log, opts.Cassandra.StoreOptions()...)
+	}
+	store, err = openStore(ctx, session, log, opts.Cassandra.StoreOptions()...)
 	if err != nil {
-		return err
+		closeSession()
+		return nil, nil, err
 	}
 	if opts.Cassandra.ClusterName == "" {
 		// The pod was admitted before the operator recorded the lock's cluster (status.cassandraClusterName):
@@ -70,67 +120,86 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 	} else {
 		log.Info("connected to the lock store", "cluster", store.ClusterName())
 	}
-	metrics := NewMetrics()
-	var lockOpts []lock.Option
+	return store, closeSession, nil
+}
+
+// lockOptions returns the lock options of opts: hand-off hints (a UDP socket that outlives ctx,
+// so that the releases at shutdown still tell the next waiters) and, in Blocking mode, zero-wait
+// restart. closeAll releases the restart proof and closes the hint socket; call it once the locks
+// are released.
+//
+// Zero-wait restart: a restarted sidecar of this pod takes its predecessor's grants over at once,
+// proven by the secret in the pod's emptyDir (see openRestartProof). The grant was the sidecar's
+// own. Not in Try mode: there the grant belongs to an app process that may still be acting on it,
+// which a restarted sidecar cannot know, so it waits the grant out. Without the proof (it cannot
+// be written) the sidecar starts anyway, without zero-wait restart.
+func lockOptions(ctx context.Context, opts Options, metrics *metricSet, log logr.Logger) (lockOpts []lock.Option, closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
 	if opts.HintPort > 0 {
-		addr, _ := opts.HintAddr() // validated above
-		// The socket outlives SIGTERM (ctx): the releases at shutdown tell the next waiters.
+		addr, _ := opts.HintAddr() // validated by Run
 		hintCtx, stopHints := context.WithCancel(context.WithoutCancel(ctx))
-		defer stopHints()
+		closers = append(closers, stopHints)
 		hinter, err := hintudp.New(hintCtx, hintudp.Config{Bind: addr.String(), AllowLoopback: opts.HintAllowLoopback,
 			Log: log.WithName("hints")})
 		if err != nil {
-			return fmt.Errorf("sidecar: listening for hand-off hints (%s): %w", sidecarcontract.HintPort.Env(), err)
+			closeAll()
+			return nil, nil, fmt.Errorf("sidecar: listening for hand-off hints (%s): %w", sidecarcontract.HintPort.Env(), err)
 		}
 		lockOpts = append(lockOpts, lock.WithHinter(hinter))
-		metrics.WatchHints(hinter.Stats)
+		metrics.watchHints(hinter.Stats)
 		log.Info("listening for hand-off hints", "address", "udp://"+hinter.Addr())
 	}
-	// Zero-wait restart, in Blocking mode: a restarted sidecar of this pod takes its predecessor's
-	// grants over at once, proven by the secret in the pod's emptyDir (see openRestartProof). The
-	// grant was the sidecar's own. Not in Try mode: there the grant belongs to an app process that
-	// may still be acting on it, which a restarted sidecar cannot know, so it waits the grant out.
 	if opts.Mode == batonv1.ModeBlocking {
 		secret, release, err := openRestartProof(opts.SocketPath)
 		if err != nil {
 			log.Info("zero-wait restart is off: a grant of an earlier sidecar of this pod is waited out like anybody's", "reason", err.Error())
 		} else {
-			defer release()
+			closers = append(closers, release)
 			lockOpts = append(lockOpts, lock.WithZeroWaitRestart(secret))
 		}
 	}
-	holder, err := NewInstrumentedHolder(opts, store, log.WithName("holder"), metrics, lockOpts...)
-	if err != nil {
-		return err
-	}
+	return lockOpts, closeAll, nil
+}
+
+// serve serves the metrics on opts.MetricsAddr and the lock API of holder on the socket (and the
+// loopback TCP address when configured). served receives the error of the first listener whose
+// server stops; the metrics server stops with ctx.
+func serve(ctx context.Context, opts Options, holder *Holder, metrics *metricSet, log logr.Logger) (srv *sidecarapi.Server, served <-chan error, err error) {
 	metricsLn, err := serveMetrics(ctx, opts.MetricsAddr, metrics)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	log.Info("serving metrics", "address", "http://"+metricsLn.Addr().String()+"/metrics")
 	handler, err := sidecarapi.NewHandler(holder, sidecarapi.WithLogger(log.WithName("api")))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	srv, err := sidecarapi.NewServer(handler, sidecarapi.WithServerLogger(log.WithName("api")))
+	srv, err = sidecarapi.NewServer(handler, sidecarapi.WithServerLogger(log.WithName("api")))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-
 	listeners, err := listen(ctx, opts)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	served := make(chan error, len(listeners))
+	errs := make(chan error, len(listeners))
 	for _, ln := range listeners {
-		go func() { served <- srv.Serve(ln) }()
+		go func() { errs <- srv.Serve(ln) }()
 		log.Info("serving the lock API", "address", ln.Addr().String())
 	}
+	return srv, errs, nil
+}
 
-	runCtx, stopHolding := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopHolding()
-	var gate *Gate
-	stopGate := func() {}
+// hold starts holding the locks until runCtx ends: the gate that writes the pod's readiness
+// condition or role label (when kube is not nil), the pod watch (when opts asks for it) and the
+// holder. stopGate stops the gate and waits for it; gate is nil without kube.
+func hold(runCtx context.Context, kube kubernetes.Interface, opts Options, holder *Holder, log logr.Logger) (gate *Gate, stopGate func()) {
+	stopGate = func() {}
 	if kube != nil {
 		gate = NewGate(kube, opts, holder, log.WithName("gate"))
 		gateDone := make(chan struct{})
@@ -142,22 +211,22 @@ func Run(ctx context.Context, opts Options, log logr.Logger) error {
 		watch := NewPodWatch(kube, opts, holder, log.WithName("pod"))
 		go watch.Run(runCtx)
 		log.Info("the locks follow the pod's state", "yieldWhenUnready", opts.YieldWhenUnready.String(),
-			"handoff", opts.Handoff, "readEvery", PodWatchPeriod(opts).String())
+			"handoff", opts.Handoff, "readEvery", podWatchPeriod(opts).String())
 	}
 	holder.Start(runCtx)
 	log.Info("sidecar started", "pod", opts.Owner(), "locks", opts.LockIDs, "mode", opts.Mode, "lease", opts.Lease.String())
+	return gate, stopGate
+}
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: releasing locks", "timeout", opts.ShutdownTimeout.String())
-	case err := <-served:
-		log.Error(err, "lock API stopped; shutting down")
-	}
+// shutdown stops the sidecar within opts.ShutdownTimeout: it stops the gate, takes the pod out of
+// traffic (best effort: at most 2 s, the lock does not wait for Kubernetes), releases the locks,
+// stops holding and closes the API. A lock it could not release expires after one lease.
+func shutdown(ctx context.Context, opts Options, gate *Gate, stopGate func(), holder *Holder, stopHolding func(),
+	srv *sidecarapi.Server, log logr.Logger) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.ShutdownTimeout)
 	defer cancel()
 	stopGate()
 	if gate != nil {
-		// Take the pod out of traffic first (best effort: the lock does not wait for Kubernetes).
 		gctx, gcancel := context.WithTimeout(sctx, 2*time.Second)
 		if err := gate.Apply(gctx, GateState{Reason: "ShuttingDown", Message: "the sidecar is releasing its locks"}); err != nil {
 			log.Info("could not withdraw the pod from traffic before releasing", "err", err.Error())

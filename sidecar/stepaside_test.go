@@ -21,7 +21,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecarclient"
@@ -308,12 +307,12 @@ func TestPodWatchAnswersTheMark(t *testing.T) {
 		t.Errorf("conditional writes named resourceVersions %v, want [9 9] (the pod as read, twice after a conflict)", preconditions)
 	}
 	if st := conditionStatus(current()); st != corev1.ConditionFalse {
-		t.Errorf("condition %s after the mark went: %q, want False", sidecarcontract.ConditionSteppedAside, st)
+		t.Errorf("condition %s after the mark went: %q, want False", batonv1.ConditionSteppedAside, st)
 	}
 
 	// A stale True that cannot be withdrawn: the reading is not reported.
 	stale := current()
-	stale.Status.Conditions = []corev1.PodCondition{{Type: sidecarcontract.ConditionSteppedAside, Status: corev1.ConditionTrue, Message: mark}}
+	stale.Status.Conditions = []corev1.PodCondition{{Type: batonv1.ConditionSteppedAside, Status: corev1.ConditionTrue, Message: mark}}
 	if _, err := cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, stale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +326,7 @@ func TestPodWatchAnswersTheMark(t *testing.T) {
 
 func conditionStatus(pod *corev1.Pod) corev1.ConditionStatus {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionSteppedAside {
+		if c.Type == batonv1.ConditionSteppedAside {
 			return c.Status
 		}
 	}

@@ -389,6 +389,7 @@ func TestCRDAgreesWithConstants(t *testing.T) {
 	check("lockIds maxItems", ids["maxItems"], batonv1.MaxLockIDs)
 	check("lockIds items maxLength", items["maxLength"], batonv1.MaxLockIDLength)
 	check("lockIds items pattern", items["pattern"], batonv1.LockIDPattern)
+	check("cassandra keyspace pattern", cassandra["keyspace"].(map[string]any)["pattern"], batonv1.KeyspacePattern)
 	check("leaseDuration default", lease["default"], batonv1.DefaultLeaseDuration)
 	for _, c := range []struct {
 		name string

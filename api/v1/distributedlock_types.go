@@ -15,6 +15,10 @@ const (
 	// LockIDPattern is what a lock ID may look like: letters, digits, '.', '_' and '-', beginning
 	// and ending with a letter or digit. It is the rule the sidecar enforces.
 	LockIDPattern = `^[a-zA-Z0-9]([a-zA-Z0-9._-]{0,61}[a-zA-Z0-9])?$`
+	// KeyspacePattern is what a Cassandra keyspace of baton may be called: a letter, then up to 47
+	// letters, digits or '_' (Cassandra's own limit is 48 characters). The operator's flags, the
+	// injection policy and the CRD's pattern on spec.cassandra.keyspace follow it (a test checks).
+	KeyspacePattern = `^[a-zA-Z][a-zA-Z0-9_]{0,47}$`
 	// DefaultLeaseDuration is the lease when spec.leaseDuration is not set.
 	DefaultLeaseDuration = "15s"
 	// MinLeaseDuration and MaxLeaseDuration bound spec.leaseDuration.

@@ -16,7 +16,7 @@ func main() {
 	// otherwise stops with exit code 128+signal.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	code := cli.MainWithSignals(context.Background(), sigs, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	code := cli.Main(context.Background(), sigs, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	signal.Stop(sigs)
 	os.Exit(code)
 }

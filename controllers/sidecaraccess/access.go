@@ -18,44 +18,44 @@ const Name = "baton-sidecar"
 
 // The ClusterRoles the RoleBinding refers to. They are installed with the operator (the chart, or
 // config/sidecar); the operator binds them with the RBAC verb bind on these names only, so it
-// needs neither the rights they grant nor any write access to Roles (see ClusterRoles).
+// needs neither the rights they grant nor any write access to Roles (see clusterRoles).
 const (
-	// ClusterRoleStatus allows patch on pods/status: the lock-held and stepped-aside conditions.
-	ClusterRoleStatus = "baton-sidecar"
-	// ClusterRoleLabel allows patch on pods/status and on pods, for the Label traffic policy.
-	ClusterRoleLabel = "baton-sidecar-label"
+	// clusterRoleStatus allows patch on pods/status: the lock-held and stepped-aside conditions.
+	clusterRoleStatus = "baton-sidecar"
+	// clusterRoleLabel allows patch on pods/status and on pods, for the Label traffic policy.
+	clusterRoleLabel = "baton-sidecar-label"
 )
 
-// ClusterRoles returns the two ClusterRoles the RoleBindings refer to, as config/sidecar ships
+// clusterRoles returns the two ClusterRoles the RoleBindings refer to, as config/sidecar ships
 // them.
-func ClusterRoles() []*rbacv1.ClusterRole {
+func clusterRoles() []*rbacv1.ClusterRole {
 	status := rbacv1.PolicyRule{APIGroups: []string{corev1.GroupName}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}}
 	pods := rbacv1.PolicyRule{APIGroups: []string{corev1.GroupName}, Resources: []string{"pods"}, Verbs: []string{"patch"}}
 	role := func(name string, rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
 		return &rbacv1.ClusterRole{
 			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelName: AppName, "app.kubernetes.io/component": "sidecar-access"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelName: appName, "app.kubernetes.io/component": "sidecar-access"}},
 			Rules:      rules,
 		}
 	}
-	return []*rbacv1.ClusterRole{role(ClusterRoleStatus, status), role(ClusterRoleLabel, status, pods)}
+	return []*rbacv1.ClusterRole{role(clusterRoleStatus, status), role(clusterRoleLabel, status, pods)}
 }
 
-// Labels on the RoleBinding. Only a binding carrying LabelManagedBy: ManagedBy is deleted by the
+// Labels on the RoleBinding. Only a binding carrying labelManagedBy: managedBy is deleted by the
 // Reconciler.
 const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "baton-operator"
-	LabelName      = "app.kubernetes.io/name"
-	AppName        = "baton"
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	managedBy      = "baton-operator"
+	labelName      = "app.kubernetes.io/name"
+	appName        = "baton"
 )
 
 // defaultServiceAccount is the service account of a pod whose spec names none.
 const defaultServiceAccount = "default"
 
-// Access is what the sidecars of one namespace are granted.
-type Access struct {
-	// ClusterRole bound: ClusterRoleStatus, or ClusterRoleLabel when a DistributedLock of the
+// access is what the sidecars of one namespace are granted.
+type access struct {
+	// ClusterRole bound: clusterRoleStatus, or clusterRoleLabel when a DistributedLock of the
 	// namespace has the Label traffic policy.
 	ClusterRole string
 	// Subjects of the RoleBinding: the service accounts of the injected pods, sorted by name,
@@ -63,11 +63,11 @@ type Access struct {
 	Subjects []rbacv1.Subject
 }
 
-// Desired returns the access of the sidecars in namespace ns given its DistributedLocks and pods,
+// desired returns the access of the sidecars in namespace ns given its DistributedLocks and pods,
 // and false when the namespace needs none (it has neither a DistributedLock nor an injected pod).
-// Objects of other namespaces, pods the webhook did not inject (see Injected) and pods that
+// Objects of other namespaces, pods the webhook did not inject (see inject.Injected) and pods that
 // finished (phase Succeeded or Failed: their sidecar no longer runs) are ignored.
-func Desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (Access, bool) {
+func desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (access, bool) {
 	var (
 		anyLock, label bool
 		accounts       []string
@@ -83,7 +83,7 @@ func Desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (Acc
 	}
 	for i := range pods {
 		p := &pods[i]
-		if p.Namespace != ns || !Injected(p) || finished(p) {
+		if p.Namespace != ns || !inject.Injected(p) || finished(p) {
 			continue
 		}
 		sa := p.Spec.ServiceAccountName
@@ -93,12 +93,12 @@ func Desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (Acc
 		accounts = append(accounts, sa)
 	}
 	if !anyLock && len(accounts) == 0 {
-		return Access{}, false
+		return access{}, false
 	}
 
-	a := Access{ClusterRole: ClusterRoleStatus}
+	a := access{ClusterRole: clusterRoleStatus}
 	if label {
-		a.ClusterRole = ClusterRoleLabel
+		a.ClusterRole = clusterRoleLabel
 	}
 	slices.Sort(accounts)
 	for _, sa := range slices.Compact(accounts) {
@@ -107,18 +107,13 @@ func Desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (Acc
 	return a, true
 }
 
-// Injected reports whether the webhook injected pod (inject.Injected): the label and annotation
-// baton.dev/injected and the sidecar container. The label alone is not enough: a pod's author, or
-// anyone who may update it, could set it.
-func Injected(pod *corev1.Pod) bool { return inject.Injected(pod) }
-
 // finished reports whether pod has terminated for good.
 func finished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 // RoleBinding returns the RoleBinding of a's ClusterRole to a's subjects in namespace ns.
-func (a Access) RoleBinding(ns string) *rbacv1.RoleBinding {
+func (a access) RoleBinding(ns string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		ObjectMeta: objectMeta(ns),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: a.ClusterRole},
@@ -131,13 +126,13 @@ func objectMeta(ns string) metav1.ObjectMeta {
 }
 
 func ownLabels() map[string]string {
-	return map[string]string{LabelManagedBy: ManagedBy, LabelName: AppName}
+	return map[string]string{labelManagedBy: managedBy, labelName: appName}
 }
 
 // managed reports whether obj carries the labels the Reconciler puts on what it creates.
 func managed(obj metav1.Object) bool {
 	l := obj.GetLabels()
-	return l[LabelManagedBy] == ManagedBy
+	return l[labelManagedBy] == managedBy
 }
 
 // withOwnLabels returns a copy of labels with the Reconciler's labels set.

@@ -29,8 +29,8 @@ func podIn(ns, name, sa string, injected bool, phase corev1.PodPhase) corev1.Pod
 		Status:     corev1.PodStatus{Phase: phase},
 	}
 	if injected {
-		p.Labels = map[string]string{inject.LabelInjected: "true"}
-		p.Annotations = map[string]string{inject.AnnotationInjected: "baton:test"}
+		p.Labels = map[string]string{batonv1.LabelInjected: "true"}
+		p.Annotations = map[string]string{batonv1.AnnotationInjected: "baton:test"}
 		p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName}}
 	}
 	return p

@@ -295,8 +295,8 @@ func newPod(ns, name, sa, lock string, injected bool) *corev1.Pod {
 		},
 	}
 	if injected {
-		p.Labels[inject.LabelInjected] = "true"
-		p.Annotations = map[string]string{inject.AnnotationLock: lock, inject.AnnotationInjected: sidecarImage}
+		p.Labels[batonv1.LabelInjected] = "true"
+		p.Annotations = map[string]string{batonv1.AnnotationLock: lock, batonv1.AnnotationInjected: sidecarImage}
 		p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName, Image: sidecarImage,
 			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
 	}

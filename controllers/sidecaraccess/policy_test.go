@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock/memstore"
 	"github.com/baton-dev/baton/sidecar"
 )
@@ -128,7 +127,7 @@ func TestPolicyLimitsSidecarToItsOwnPod(t *testing.T) {
 			return st == corev1.ConditionFalse, fmt.Sprintf("condition %s", st)
 		})
 	})
-	err = patchStatus(ctx, asA, b, fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","message":"x"}]}}`, sidecarcontract.ConditionSteppedAside))
+	err = patchStatus(ctx, asA, b, fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","message":"x"}]}}`, batonv1.ConditionSteppedAside))
 	expectPolicyDenial(t, "pod a's token setting pod b's stepped-aside condition", err, "this token is bound to pod a, not to pod b")
 	// ... and it cannot read another pod that way.
 	_, err = podWatch(t, asA, b).Read(ctx)
@@ -346,7 +345,7 @@ func setAnnotation(t *testing.T, f fixture, pod *corev1.Pod, key, value string) 
 // steppedAsideCondition is the status of pod's condition baton.dev/stepped-aside ("" without one).
 func steppedAsideCondition(pod *corev1.Pod) corev1.ConditionStatus {
 	for _, c := range pod.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionSteppedAside {
+		if c.Type == batonv1.ConditionSteppedAside {
 			return c.Status
 		}
 	}
@@ -364,7 +363,7 @@ func getPod(t *testing.T, f fixture, pod *corev1.Pod) *corev1.Pod {
 
 // conditionPatch is a strategic-merge patch of the baton.dev/lock-held condition.
 func conditionPatch(status, reason string) string {
-	return fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q}]}}`, sidecarcontract.ConditionLockHeld, status, reason)
+	return fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q}]}}`, batonv1.ConditionLockHeld, status, reason)
 }
 
 func patchStatus(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, patch string) error {
@@ -409,14 +408,14 @@ func expectCondition(t *testing.T, f fixture, pod *corev1.Pod, status corev1.Con
 		t.Fatal(err)
 	}
 	for _, c := range got.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionLockHeld {
+		if c.Type == batonv1.ConditionLockHeld {
 			if c.Status != status {
 				t.Errorf("pod %s: condition %s is %s, want %s", pod.Name, c.Type, c.Status, status)
 			}
 			return
 		}
 	}
-	t.Errorf("pod %s: no condition %s, want %s (conditions: %v)", pod.Name, sidecarcontract.ConditionLockHeld, status, got.Status.Conditions)
+	t.Errorf("pod %s: no condition %s, want %s (conditions: %v)", pod.Name, batonv1.ConditionLockHeld, status, got.Status.Conditions)
 }
 
 // expectNotHeld checks that pod's baton.dev/lock-held condition is absent or not True.
@@ -427,7 +426,7 @@ func expectNotHeld(t *testing.T, f fixture, pod *corev1.Pod) {
 		t.Fatal(err)
 	}
 	for _, c := range got.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionLockHeld && c.Status == corev1.ConditionTrue {
+		if c.Type == batonv1.ConditionLockHeld && c.Status == corev1.ConditionTrue {
 			t.Errorf("pod %s: condition %s is True, set by another pod's token", pod.Name, c.Type)
 		}
 	}
@@ -439,7 +438,7 @@ func expectLabel(t *testing.T, f fixture, pod *corev1.Pod, role string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels[sidecarcontract.LabelRole] != role {
-		t.Errorf("pod %s: label %s=%q, want %q", pod.Name, sidecarcontract.LabelRole, got.Labels[sidecarcontract.LabelRole], role)
+	if got.Labels[batonv1.LabelRole] != role {
+		t.Errorf("pod %s: label %s=%q, want %q", pod.Name, batonv1.LabelRole, got.Labels[batonv1.LabelRole], role)
 	}
 }

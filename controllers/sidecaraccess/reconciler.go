@@ -26,8 +26,8 @@ import (
 	"github.com/baton-dev/baton/internal/inject"
 )
 
-// ControllerName names the controller in logs and metrics.
-const ControllerName = "sidecaraccess"
+// controllerName names the controller in logs and metrics.
+const controllerName = "sidecaraccess"
 
 // Reconciler keeps the RoleBinding baton-sidecar of each namespace in line with the
 // namespace's DistributedLocks and injected pods (see the package doc). Requests name a namespace
@@ -68,17 +68,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("listing DistributedLocks in namespace %s: %w", ns, err)
 	}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{inject.LabelInjected: "true"}); err != nil {
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{batonv1.LabelInjected: "true"}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing injected pods in namespace %s: %w", ns, err)
 	}
-	access, needed := Desired(ns, locks.Items, pods.Items)
+	want, needed := desired(ns, locks.Items, pods.Items)
 	if !needed {
 		if err := r.deleteOwn(ctx, log, "RoleBinding", &rbacv1.RoleBinding{}, ns); err != nil {
 			return handleWriteError(log, err)
 		}
 		return ctrl.Result{}, nil
 	}
-	if err := r.ensureRoleBinding(ctx, log, access.RoleBinding(ns)); err != nil {
+	if err := r.ensureRoleBinding(ctx, log, want.RoleBinding(ns)); err != nil {
 		return handleWriteError(log, err)
 	}
 	return ctrl.Result{}, nil
@@ -201,11 +201,11 @@ func subjectNames(s []rbacv1.Subject) []string {
 // baton-sidecar (so drift is repaired). Every event maps to its namespace.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
-		return fmt.Errorf("%s: Reconciler.Client is nil", ControllerName)
+		return fmt.Errorf("%s: Reconciler.Client is nil", controllerName)
 	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(namespaceRequest)
 	return ctrl.NewControllerManagedBy(mgr).
-		Named(ControllerName).
+		Named(controllerName).
 		Watches(&batonv1.DistributedLock{}, toNamespace, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Pod{}, toNamespace, builder.WithPredicates(podChanged())).
 		Watches(&rbacv1.RoleBinding{}, toNamespace, builder.WithPredicates(ownName())).
@@ -220,7 +220,7 @@ func namespaceRequest(_ context.Context, obj client.Object) []reconcile.Request 
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: Name}}}
 }
 
-// podChanged passes pod creations and deletions, and updates that change what Desired looks at:
+// podChanged passes pod creations and deletions, and updates that change what desired looks at:
 // the injected label or whether the pod finished. (The service account cannot change.) The
 // sidecars' own condition and label updates are filtered out.
 func podChanged() predicate.Funcs {
@@ -230,7 +230,7 @@ func podChanged() predicate.Funcs {
 		if !ok1 || !ok2 {
 			return true
 		}
-		return Injected(oldPod) != Injected(newPod) || finished(oldPod) != finished(newPod)
+		return inject.Injected(oldPod) != inject.Injected(newPod) || finished(oldPod) != finished(newPod)
 	}}
 }
 

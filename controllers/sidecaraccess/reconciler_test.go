@@ -16,7 +16,6 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
-	"github.com/baton-dev/baton/internal/inject"
 )
 
 func TestAccessFollowsLocksAndPods(t *testing.T) {
@@ -89,8 +88,8 @@ func TestOnlyInjectedPodsGetAccess(t *testing.T) {
 	create(t, f.c, dl)
 
 	forged := newPod(f.ns, "forged", "intruder", dl.Name, false)
-	forged.Labels[inject.LabelInjected] = "true"
-	forged.Annotations = map[string]string{inject.AnnotationLock: dl.Name, inject.AnnotationInjected: sidecarImage}
+	forged.Labels[batonv1.LabelInjected] = "true"
+	forged.Annotations = map[string]string{batonv1.AnnotationLock: dl.Name, batonv1.AnnotationInjected: sidecarImage}
 	relabelled := newPod(f.ns, "relabelled", "relabelled", "", false)
 	// Created before the real pod: every reconcile that sees the real pod sees these too.
 	create(t, f.c, forged, relabelled)

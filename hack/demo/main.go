@@ -43,7 +43,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/testing/devcluster"
 	"github.com/baton-dev/baton/internal/testing/localcassandra"
 	"github.com/baton-dev/baton/internal/testing/localkube"
@@ -228,7 +227,7 @@ func (d *demo) script(ctx context.Context, o options) error {
 	for i := 1; i <= o.pods; i++ {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("report-%d", i),
-				Annotations: map[string]string{inject.AnnotationLock: lockName}},
+				Annotations: map[string]string{batonv1.AnnotationLock: lockName}},
 			Spec: corev1.PodSpec{ServiceAccountName: devcluster.AppAccount,
 				Containers: []corev1.Container{{Name: "app", Image: "example.com/report-writer:1"}}},
 		}
@@ -243,7 +242,7 @@ func (d *demo) script(ctx context.Context, o options) error {
 	}
 	fmt.Fprintf(d.out, "setup: pods %s created; the webhook injected the baton sidecar into each\n\n", strings.Join(names, ", "))
 	d.kubectlRun(ctx, "get", "distributedlocks", "-n", namespace)
-	d.kubectlRun(ctx, "get", "pods", "-n", namespace, "-o", "custom-columns=POD:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,LOCK-HELD:.status.conditions[?(@.type=='baton.dev/lock-held')].status")
+	d.kubectlRun(ctx, "get", "pods", "-n", namespace, "-o", "custom-columns=POD:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,LOCK-HELD:.status.conditions[?(@.type=='"+batonv1.ConditionLockHeld+"')].status")
 
 	holder, err := d.current(ctx)
 	if err != nil {

@@ -153,7 +153,7 @@ func (d *nodeDemo) script(ctx context.Context, o options) error {
 		return err
 	}
 	d.kubectlRun(ctx, "get", "pods", "-n", namespace, "-o", "custom-columns=POD:.metadata.name,IP:.status.podIP,"+
-		"READY:.status.conditions[?(@.type=='Ready')].status,LOCK-HELD:.status.conditions[?(@.type=='baton.dev/lock-held')].status,"+
+		"READY:.status.conditions[?(@.type=='Ready')].status,LOCK-HELD:.status.conditions[?(@.type=='"+batonv1.ConditionLockHeld+"')].status,"+
 		"SIDECAR-STARTED:.status.initContainerStatuses[?(@.name=='"+inject.ContainerName+"')].started,"+
 		"APP-STARTED:.status.containerStatuses[?(@.name=='app')].started")
 	url := "http://" + svc.Spec.ClusterIP + "/"

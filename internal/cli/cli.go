@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/suspendclock"
 )
@@ -49,15 +50,11 @@ const (
 // reads environment variables (os.Getenv); CMD started by run inherits the process environment
 // (os.Environ) plus BATON_TOKEN and BATON_LOCK. Cancelling ctx stops waiting, and stops a running
 // CMD (SIGTERM, then SIGKILL after --grace). Main never calls os.Exit.
-func Main(ctx context.Context, args []string, env func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return MainWithSignals(ctx, nil, args, env, stdin, stdout, stderr)
-}
-
-// MainWithSignals is Main with the signals the process receives (SIGINT and SIGTERM, from
-// signal.Notify). While run supervises CMD, each signal is forwarded to CMD and run exits with
-// CMD's exit code; at any other time the first signal stops the command, which exits with
-// 128+signal. sigs may be nil.
-func MainWithSignals(ctx context.Context, sigs <-chan os.Signal, args []string, env func(string) string,
+//
+// sigs carries the signals the process receives (SIGINT and SIGTERM, from signal.Notify). While
+// run supervises CMD, each signal is forwarded to CMD and run exits with CMD's exit code; at any
+// other time the first signal stops the command, which exits with 128+signal. sigs may be nil.
+func Main(ctx context.Context, sigs <-chan os.Signal, args []string, env func(string) string,
 	stdin io.Reader, stdout, stderr io.Writer) int {
 	p := newProgram(env, stdin, stdout, stderr)
 	return p.main(ctx, sigs, args)
@@ -200,7 +197,7 @@ Usage:
   baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
   baton help [COMMAND]
 
-In a pod annotated with baton.dev/lock, status, wait, run and yield talk to the baton sidecar over its
+In a pod annotated with ` + batonv1.AnnotationLock + `, status, wait, run and yield talk to the baton sidecar over its
 unix socket (--socket, env ` + sidecarcontract.EnvSocket + `, default ` + sidecarcontract.SocketPath + `). Outside Kubernetes,
 run takes the lock itself in Cassandra when given --cassandra-hosts (env BATON_CASSANDRA_HOSTS);
 it reads the same Cassandra settings as the sidecar (see baton help run).

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
@@ -128,7 +129,7 @@ func checkSocket(cmd, path, hint string) error {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return usagef(cmd, "no sidecar socket at %s: is the pod annotated with baton.dev/lock?%s", path, hint)
+		return usagef(cmd, "no sidecar socket at %s: is the pod annotated with %s?%s", path, batonv1.AnnotationLock, hint)
 	case err != nil:
 		return usagef(cmd, "cannot use the sidecar socket %s: %v; check --socket (BATON_SOCKET)", path, err)
 	case fi.Mode()&os.ModeSocket == 0:

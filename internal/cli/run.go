@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -49,8 +50,23 @@ var directOnly = func() []string {
 	return flags
 }()
 
-// run holds a lock while a command runs, through the sidecar or directly in Cassandra.
+// run holds a lock while a command runs, through the sidecar or directly in Cassandra: it reads
+// the flags, then takes the path --cassandra-hosts chooses.
 func (p *program) run(ctx context.Context, args []string) (int, error) {
+	o, direct, err := p.runFlags(args)
+	if err != nil {
+		return 0, err
+	}
+	if direct {
+		return p.runDirect(ctx, o)
+	}
+	return p.runSidecar(ctx, o)
+}
+
+// runFlags reads and checks the flags of run. direct says whether --cassandra-hosts (or its
+// variable) chose direct mode; the checks of that mode's flags are in directFlags, those of
+// sidecar mode in sidecarFlags. It does not contact the sidecar or Cassandra.
+func (p *program) runFlags(args []string) (o runOptions, direct bool, err error) {
 	fs := newFlagSet("run")
 	socket := fs.String("socket", "", "the sidecar's API socket")
 	lockID := fs.String("lock", "", "the lock to hold")
@@ -64,55 +80,63 @@ func (p *program) run(ctx context.Context, args []string) (int, error) {
 	hintLoopback := fs.Bool("hint-allow-loopback", false, "development only: hints on loopback addresses")
 	argv, err := parseFlags(fs, "run", args, true)
 	if err != nil {
-		return 0, err
+		return o, false, err
 	}
 	if len(argv) == 0 {
-		return 0, usagef("run", "no command to run: write baton run [flags] -- CMD [ARGS...]")
+		return o, false, usagef("run", "no command to run: write baton run [flags] -- CMD [ARGS...]")
 	}
-	o := runOptions{argv: argv, lockID: strings.TrimSpace(*lockID), wait: *wait, grace: *grace,
+	o = runOptions{argv: argv, lockID: strings.TrimSpace(*lockID), wait: *wait, grace: *grace,
 		socket: *socket, lease: *lease, createSchema: *createSchema, verbose: *verbose, hintAddr: strings.TrimSpace(*hintAddr),
 		hintLoopback: *hintLoopback}
 	if o.lockID != "" {
 		if err := lock.ValidateLockID(o.lockID); err != nil {
-			return 0, usagef("run", "--lock %q: %v: give 1 to %d printable characters without spaces", o.lockID, err, lock.MaxIDLength)
+			return o, false, usagef("run", "--lock %q: %v: give 1 to %d printable characters without spaces", o.lockID, err, lock.MaxIDLength)
 		}
 	}
-
 	if cassandra.Get(sidecarcontract.CassandraHosts) != "" {
-		if o.lockID == "" {
-			return 0, usagef("run", "--lock is required with --cassandra-hosts: name the lock to hold, e.g. --lock nightly-report")
-		}
-		if !flagSet(fs, "wait") {
-			o.wait = 0
-		}
-		var errs []error
-		if o.cassandra, errs = cassandraflags.Read(cassandra); len(errs) > 0 {
-			return 0, usagef("run", "%s", problems(errs))
-		}
-		if o.lease < lock.MinLease || o.lease > lock.MaxLease {
-			return 0, usagef("run", "--lease is %v: give a duration from %v to %v", o.lease, lock.MinLease, lock.MaxLease)
-		}
-		if o.hintAddr != "" {
-			ap, err := netip.ParseAddrPort(o.hintAddr)
-			if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
-				return 0, usagef("run", "--hint-addr %q: give an IP address other processes reach this one at and a port, e.g. 198.18.0.7:9465", o.hintAddr)
-			}
-			if ap.Addr().IsLoopback() && !o.hintLoopback {
-				return 0, usagef("run", "--hint-addr %q is a loopback address, which only this host reaches: give one other hosts reach; several processes on one host (development) add --hint-allow-loopback", o.hintAddr)
-			}
-		}
-		return p.runDirect(ctx, o)
+		return o, true, directFlags(fs, &o, cassandra)
 	}
+	return o, false, p.sidecarFlags(fs, &o)
+}
+
+// directFlags checks the flags of direct mode and fills o's Cassandra connection: --lock is
+// required, --wait defaults to 0, and the lease and the hint address must be usable.
+func directFlags(fs *flag.FlagSet, o *runOptions, cassandra *sidecarcontract.Values) error {
+	if o.lockID == "" {
+		return usagef("run", "--lock is required with --cassandra-hosts: name the lock to hold, e.g. --lock nightly-report")
+	}
+	if !flagSet(fs, "wait") {
+		o.wait = 0
+	}
+	var errs []error
+	if o.cassandra, errs = cassandraflags.Read(cassandra); len(errs) > 0 {
+		return usagef("run", "%s", problems(errs))
+	}
+	if o.lease < lock.MinLease || o.lease > lock.MaxLease {
+		return usagef("run", "--lease is %v: give a duration from %v to %v", o.lease, lock.MinLease, lock.MaxLease)
+	}
+	if o.hintAddr != "" {
+		ap, err := netip.ParseAddrPort(o.hintAddr)
+		if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
+			return usagef("run", "--hint-addr %q: give an IP address other processes reach this one at and a port, e.g. 198.18.0.7:9465", o.hintAddr)
+		}
+		if ap.Addr().IsLoopback() && !o.hintLoopback {
+			return usagef("run", "--hint-addr %q is a loopback address, which only this host reaches: give one other hosts reach; several processes on one host (development) add --hint-allow-loopback", o.hintAddr)
+		}
+	}
+	return nil
+}
+
+// sidecarFlags checks the flags of sidecar mode: none of direct mode's, and a socket that exists.
+// It resolves o.socket (the flag, else the variable, else the default).
+func (p *program) sidecarFlags(fs *flag.FlagSet, o *runOptions) error {
 	for _, f := range directOnly {
 		if flagSet(fs, f) {
-			return 0, usagef("run", "--%s applies only without a sidecar: give %s too, or drop --%s", f, sidecarcontract.CassandraHosts, f)
+			return usagef("run", "--%s applies only without a sidecar: give %s too, or drop --%s", f, sidecarcontract.CassandraHosts, f)
 		}
 	}
 	o.socket = p.socketPath(o.socket)
-	if err := checkSocket("run", o.socket, " For use outside Kubernetes give "+sidecarcontract.CassandraHosts.String()+"."); err != nil {
-		return 0, err
-	}
-	return p.runSidecar(ctx, o)
+	return checkSocket("run", o.socket, " For use outside Kubernetes give "+sidecarcontract.CassandraHosts.String()+".")
 }
 
 // problems formats settings problems for a usage error: one on its line, several under a heading.
@@ -127,7 +151,9 @@ func problems(errs []error) string {
 	return "invalid Cassandra settings:\n  " + strings.Join(msgs, "\n  ")
 }
 
-// runSidecar runs CMD under a lock the pod's sidecar holds.
+// runSidecar runs CMD under a lock the pod's sidecar holds: it subscribes to the sidecar's
+// events, picks the lock, gets it (acquireThroughSidecar), runs CMD while watching for its loss
+// (superviseThroughSidecar) and gives it back.
 func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 	c := sidecarclient.New(o.socket)
 	// Subscribe before acquiring or reading the state, so that a loss right after it is seen:
@@ -149,63 +175,14 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 		id = only
 	}
 
-	// 1. Try mode: ask the sidecar for the lock; only an answer that grants it (state held, a
-	//    token) counts. Blocking mode answers ErrNotTryMode: the sidecar acquires by itself, so
-	//    wait until it holds the lock.
-	acquired := false
-	status, err := c.Acquire(ctx, id, o.wait)
-	var ae *sidecarclient.Error
-	switch {
-	case err == nil && status.Granted():
-		acquired = true
-	case err == nil:
-		return ExitTempFail, fmt.Errorf("lock %q not granted: the sidecar answered %s; not running %s", id, describe(status), o.argv[0])
-	case errors.Is(err, sidecarclient.ErrAcquiring):
-		return ExitTempFail, fmt.Errorf("lock %q not granted: another acquisition of it is in progress in this pod (another process asked first); not running %s (retry later): %w",
-			id, o.argv[0], err)
-	case errors.Is(err, sidecarclient.ErrHeldByPod):
-		return ExitTempFail, fmt.Errorf("lock %q not granted: this pod holds it for another process; not running %s (retry once that one released it)",
-			id, o.argv[0])
-	case errors.Is(err, sidecarclient.ErrNotTryMode):
-		t := newTracker("run", []string{id})
-		err := p.waitHeld(ctx, c, st, t, o.wait)
-		var te *timeoutError
-		switch {
-		case errors.As(err, &te):
-			return ExitTempFail, fmt.Errorf("lock %q is not held by this pod after --wait %v: %s", id, o.wait, te.pending)
-		case err != nil:
-			return ExitFailure, err
-		}
-		status = t.state[id]
-		if !status.Granted() {
-			return ExitFailure, fmt.Errorf("lock %q: the sidecar reports %s, with no fencing token; not running %s", id, describe(status), o.argv[0])
-		}
-	case errors.Is(err, sidecarclient.ErrLocked):
-		holder := "another pod"
-		if errors.As(err, &ae) && ae.Lock != nil && ae.Lock.Holder != "" {
-			holder = ae.Lock.Holder
-		}
-		return ExitTempFail, fmt.Errorf("lock %q held by %s; not running %s (retry later or give a longer --wait)", id, holder, o.argv[0])
-	case errors.Is(err, sidecarclient.ErrAppNotReady), errors.Is(err, sidecarclient.ErrSuperseded):
-		return ExitTempFail, fmt.Errorf("lock %q is not taken by this pod now; not running %s: %w", id, o.argv[0], err)
-	case errors.Is(err, sidecarclient.ErrUnknownLock) && errors.As(err, &ae):
-		return 0, usagef("run", "%s", ae.Message)
-	case ctx.Err() != nil:
-		return ExitFailure, context.Cause(ctx)
-	default:
-		return ExitFailure, sidecarError(o.socket, err)
+	// 1. Get the lock.
+	status, acquired, code, err := p.acquireThroughSidecar(ctx, c, st, o, id)
+	if err != nil {
+		return code, err
 	}
 	release := func() {
-		if !acquired {
-			return
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		// Only this run's grant: one that ended (and perhaps went to another process of the pod
-		// since) is not released.
-		_, err := c.Release(rctx, id, status.Token)
-		if err != nil && !errors.Is(err, sidecarclient.ErrNotHeld) && !errors.Is(err, sidecarclient.ErrTokenMismatch) {
-			fmt.Fprintf(p.stderr, "baton: releasing lock %q: %v (the sidecar frees it when its lease ends)\n", id, err)
+		if acquired {
+			p.releaseThroughSidecar(ctx, c, id, status.Token)
 		}
 	}
 	if st.events == nil {
@@ -213,11 +190,100 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 		return ExitTempFail, fmt.Errorf("the sidecar ended its event stream before %s started (is it shutting down?); lock %q not used", o.argv[0], id)
 	}
 
-	// 2. Run CMD, watching for the loss of the lock. The lease's deadline, as the sidecar reports
-	//    it, bounds CMD as in direct mode, on the same suspend-aware clock: its group is told to
-	//    stop when no renewal moves the deadline away, and killed by it, also when the sidecar
-	//    stops answering (paused, or gone) or the machine was suspended past it. A loss kills the
-	//    group at once, whatever --grace says.
+	// 2. Run CMD, watching for the loss of the lock.
+	res, err := p.superviseThroughSidecar(ctx, c, st, o, id, status)
+	if err != nil {
+		release()
+		return res.code, err
+	}
+	switch {
+	case res.lost != nil:
+		return ExitTempFail, fmt.Errorf("lost lock %q (token %d) while %s ran: %v; %s", id, status.Token,
+			o.argv[0], res.lost, stopMessage(o.argv[0], res))
+	case res.atRisk:
+		release()
+		return ExitTempFail, fmt.Errorf("the sidecar reported no renewal of lock %q (token %d) while its deadline drew near (is it paused, is Cassandra unreachable, or was the machine suspended?), so %s was stopped: %s",
+			id, status.Token, o.argv[0], stopMessage(o.argv[0], res))
+	}
+	// 3. Give the lock back (Try mode) and pass CMD's exit code on.
+	release()
+	if res.stopped && ctx.Err() != nil {
+		return res.code, context.Cause(ctx)
+	}
+	return res.code, nil
+}
+
+// acquireThroughSidecar gets lock id through the sidecar. In Try mode it asks the sidecar for the
+// lock; only an answer that grants it (state held, a token) counts, and acquired is then true (run
+// must give it back). Blocking mode answers ErrNotTryMode: the sidecar acquires by itself, so it
+// waits up to o.wait until the sidecar holds the lock, and acquired stays false. Any other answer
+// is an error, with the exit code in code.
+func (p *program) acquireThroughSidecar(ctx context.Context, c *sidecarclient.Client, st *stream, o runOptions,
+	id string) (status sidecarclient.LockStatus, acquired bool, code int, err error) {
+	status, err = c.Acquire(ctx, id, o.wait)
+	var ae *sidecarclient.Error
+	switch {
+	case err == nil && status.Granted():
+		return status, true, 0, nil
+	case err == nil:
+		return status, false, ExitTempFail, fmt.Errorf("lock %q not granted: the sidecar answered %s; not running %s", id, describe(status), o.argv[0])
+	case errors.Is(err, sidecarclient.ErrAcquiring):
+		return status, false, ExitTempFail, fmt.Errorf("lock %q not granted: another acquisition of it is in progress in this pod (another process asked first); not running %s (retry later): %w",
+			id, o.argv[0], err)
+	case errors.Is(err, sidecarclient.ErrHeldByPod):
+		return status, false, ExitTempFail, fmt.Errorf("lock %q not granted: this pod holds it for another process; not running %s (retry once that one released it)",
+			id, o.argv[0])
+	case errors.Is(err, sidecarclient.ErrNotTryMode):
+		t := newTracker("run", []string{id})
+		err := p.waitHeld(ctx, c, st, t, o.wait)
+		var te *timeoutError
+		switch {
+		case errors.As(err, &te):
+			return status, false, ExitTempFail, fmt.Errorf("lock %q is not held by this pod after --wait %v: %s", id, o.wait, te.pending)
+		case err != nil:
+			return status, false, ExitFailure, err
+		}
+		status = t.state[id]
+		if !status.Granted() {
+			return status, false, ExitFailure, fmt.Errorf("lock %q: the sidecar reports %s, with no fencing token; not running %s", id, describe(status), o.argv[0])
+		}
+		return status, false, 0, nil
+	case errors.Is(err, sidecarclient.ErrLocked):
+		holder := "another pod"
+		if errors.As(err, &ae) && ae.Lock != nil && ae.Lock.Holder != "" {
+			holder = ae.Lock.Holder
+		}
+		return status, false, ExitTempFail, fmt.Errorf("lock %q held by %s; not running %s (retry later or give a longer --wait)", id, holder, o.argv[0])
+	case errors.Is(err, sidecarclient.ErrAppNotReady), errors.Is(err, sidecarclient.ErrSuperseded):
+		return status, false, ExitTempFail, fmt.Errorf("lock %q is not taken by this pod now; not running %s: %w", id, o.argv[0], err)
+	case errors.Is(err, sidecarclient.ErrUnknownLock) && errors.As(err, &ae):
+		return status, false, 0, usagef("run", "%s", ae.Message)
+	case ctx.Err() != nil:
+		return status, false, ExitFailure, context.Cause(ctx)
+	default:
+		return status, false, ExitFailure, sidecarError(o.socket, err)
+	}
+}
+
+// releaseThroughSidecar gives back the grant of lock id with token, waiting at most 10 s. Only
+// this run's grant: one that ended (and perhaps went to another process of the pod since) is not
+// released. A failure is reported on stderr only: the sidecar frees the lock when its lease ends.
+func (p *program) releaseThroughSidecar(ctx context.Context, c *sidecarclient.Client, id string, token int64) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err := c.Release(rctx, id, token)
+	if err != nil && !errors.Is(err, sidecarclient.ErrNotHeld) && !errors.Is(err, sidecarclient.ErrTokenMismatch) {
+		fmt.Fprintf(p.stderr, "baton: releasing lock %q: %v (the sidecar frees it when its lease ends)\n", id, err)
+	}
+}
+
+// superviseThroughSidecar runs CMD while watching lock id, held with status.Token, for its loss.
+// The lease's deadline, as the sidecar reports it, bounds CMD as in direct mode, on the same
+// suspend-aware clock: its group is told to stop when no renewal moves the deadline away, and
+// killed by it, also when the sidecar stops answering (paused, or gone) or the machine was
+// suspended past it. A loss kills the group at once, whatever --grace says.
+func (p *program) superviseThroughSidecar(ctx context.Context, c *sidecarclient.Client, st *stream, o runOptions, id string,
+	status sidecarclient.LockStatus) (childResult, error) {
 	spec := childSpec{argv: o.argv, grace: o.grace, env: childEnv(id, status.Token)}
 	watch := sidecarWatch{id: id, token: status.Token, every: p.poll}
 	if status.LeaseMs > 0 {
@@ -244,25 +310,7 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 	res, err := p.supervise(ctx, spec, lost)
 	stopWatch()
 	<-watched
-	if err != nil {
-		release()
-		return res.code, err
-	}
-	switch {
-	case res.lost != nil:
-		return ExitTempFail, fmt.Errorf("lost lock %q (token %d) while %s ran: %v; %s", id, status.Token,
-			o.argv[0], res.lost, stopMessage(o.argv[0], res))
-	case res.atRisk:
-		release()
-		return ExitTempFail, fmt.Errorf("the sidecar reported no renewal of lock %q (token %d) while its deadline drew near (is it paused, is Cassandra unreachable, or was the machine suspended?), so %s was stopped: %s",
-			id, status.Token, o.argv[0], stopMessage(o.argv[0], res))
-	}
-	// 3. Give the lock back (Try mode) and pass CMD's exit code on.
-	release()
-	if res.stopped && ctx.Err() != nil {
-		return res.code, context.Cause(ctx)
-	}
-	return res.code, nil
+	return res, err
 }
 
 // stream is the sidecar's event stream; events is nil once it ended.

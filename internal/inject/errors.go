@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
 )
 
 var (
@@ -24,7 +26,7 @@ type LockNotFoundError struct {
 
 func (e *LockNotFoundError) Error() string {
 	return fmt.Sprintf("DistributedLock %s/%s referenced by annotation %s not found: create it or fix the annotation",
-		e.Namespace, e.Name, AnnotationLock)
+		e.Namespace, e.Name, batonv1.AnnotationLock)
 }
 
 // MissingLockError returns the error for a pod whose baton.dev/lock annotation names a

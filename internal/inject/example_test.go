@@ -16,7 +16,7 @@ import (
 func Example() {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker-0",
-			Annotations: map[string]string{inject.AnnotationLock: "orders"}},
+			Annotations: map[string]string{batonv1.AnnotationLock: "orders"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "worker:1"}}},
 	}
 	if ok, reason := inject.Required(pod); !ok {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,7 +53,7 @@ const (
 
 // readinessGate is the pod readiness gate of the ReadinessGate traffic policy; the sidecar sets
 // the condition.
-const readinessGate corev1.PodConditionType = sidecarcontract.ConditionLockHeld
+const readinessGate corev1.PodConditionType = batonv1.ConditionLockHeld
 
 // Binaries in the sidecar image (see the Dockerfile).
 const (
@@ -87,9 +86,9 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if want := strings.TrimSpace(pod.Annotations[AnnotationLock]); want != "" && want != dl.Name {
+	if want := strings.TrimSpace(pod.Annotations[batonv1.AnnotationLock]); want != "" && want != dl.Name {
 		return nil, fmt.Errorf("%w: pod's annotation %s names %q, but DistributedLock %q was given",
-			ErrInvalidLock, AnnotationLock, want, dl.Name)
+			ErrInvalidLock, batonv1.AnnotationLock, want, dl.Name)
 	}
 	if pod.Namespace != "" && dl.Namespace != "" && pod.Namespace != dl.Namespace {
 		return nil, fmt.Errorf("%w: DistributedLock %s/%s is not in the pod's namespace %q",
@@ -173,15 +172,15 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[AnnotationInjected] = cfg.Image
+	out.Annotations[batonv1.AnnotationInjected] = cfg.Image
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}
-	out.Labels[LabelInjected] = "true"
+	out.Labels[batonv1.LabelInjected] = "true"
 	// 6. No pod starts out as the holder: under the Label policy the sidecar relabels its pod once
 	// it holds the locks (checkRoleLabel refused any other value the author set).
 	if s.traffic == batonv1.TrafficLabel {
-		out.Labels[sidecarcontract.LabelRole] = sidecarcontract.RoleStandby
+		out.Labels[batonv1.LabelRole] = batonv1.RoleStandby
 	}
 	return out, nil
 }
@@ -192,18 +191,18 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 // rather than relabelled: a workload's selector may use the label, and a ReplicaSet whose pods
 // lose it would create new ones without end.
 func checkRoleLabel(pod *corev1.Pod, traffic batonv1.TrafficPolicy) error {
-	role, ok := pod.Labels[sidecarcontract.LabelRole]
+	role, ok := pod.Labels[batonv1.LabelRole]
 	switch {
-	case !ok, traffic == batonv1.TrafficLabel && role == sidecarcontract.RoleStandby:
+	case !ok, traffic == batonv1.TrafficLabel && role == batonv1.RoleStandby:
 		return nil
 	case traffic == batonv1.TrafficLabel:
 		return fmt.Errorf("%w: it has the label %s=%q, which the sidecar sets under the Label traffic policy "+
 			"(%s until it holds the locks, then %s); remove it from the pod (template), or set it to %s",
-			ErrConflict, sidecarcontract.LabelRole, role, sidecarcontract.RoleStandby, sidecarcontract.RoleHolder, sidecarcontract.RoleStandby)
+			ErrConflict, batonv1.LabelRole, role, batonv1.RoleStandby, batonv1.RoleHolder, batonv1.RoleStandby)
 	default:
 		return fmt.Errorf("%w: it has the label %s=%q, which baton maintains only under the Label traffic policy "+
 			"and the lock's policy is %s; remove it from the pod (template) and from any selector",
-			ErrConflict, sidecarcontract.LabelRole, role, traffic)
+			ErrConflict, batonv1.LabelRole, role, traffic)
 	}
 }
 
@@ -363,9 +362,6 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 	return env
 }
 
-// keyspacePattern is compiled once: resolve runs on every admitted pod.
-var keyspacePattern = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
-
 // resolve validates dl and merges it with the operator's defaults, reporting every problem at
 // once.
 func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
@@ -460,7 +456,7 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 		p.add("no Cassandra contact points: set spec.cassandra.contactPoints or the operator's default contact points")
 	}
 	p.contactPoints(c.ContactPoints)
-	if !keyspacePattern.MatchString(c.Keyspace) {
+	if !sidecarcontract.ValidKeyspace(c.Keyspace) {
 		p.add("Cassandra keyspace %q: a letter, then up to 47 letters, digits or '_'", c.Keyspace)
 	}
 	p.consistencies(c.Consistency, c.SerialConsistency)

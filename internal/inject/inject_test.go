@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"path"
 	"reflect"
 	"strings"
 	"testing"
@@ -23,7 +22,7 @@ import (
 
 // lookup finds the DistributedLock the pod's annotation names, as the webhook does.
 func (c testCase) lookup() (*batonv1.DistributedLock, error) {
-	name := c.pod.Annotations[inject.AnnotationLock]
+	name := c.pod.Annotations[batonv1.AnnotationLock]
 	if c.dl == nil || c.dl.Name != name {
 		return nil, inject.MissingLockError(c.pod.Namespace, name)
 	}
@@ -95,8 +94,8 @@ func TestInjectedPodIsNotInjectedAgain(t *testing.T) {
 			t.Errorf("%s: Injected says no to the injected pod", c.name)
 		}
 		// Without the markers, the container still keeps the pod from being injected again.
-		delete(p.Annotations, inject.AnnotationInjected)
-		delete(p.Labels, inject.LabelInjected)
+		delete(p.Annotations, batonv1.AnnotationInjected)
+		delete(p.Labels, batonv1.LabelInjected)
 		if inject.Injected(p) {
 			t.Errorf("%s: Injected says yes without the markers", c.name)
 		}
@@ -223,7 +222,7 @@ func TestRequired(t *testing.T) {
 		}
 		return p
 	}
-	lock := map[string]string{inject.AnnotationLock: "orders"}
+	lock := map[string]string{batonv1.AnnotationLock: "orders"}
 	for _, tc := range []struct {
 		name   string
 		pod    *corev1.Pod
@@ -233,13 +232,13 @@ func TestRequired(t *testing.T) {
 		{"annotated", pod(lock, nil), true, ""},
 		{"nil", nil, false, "no pod"},
 		{"no annotations", pod(nil, nil), false, "no baton.dev/lock annotation"},
-		{"empty lock", pod(map[string]string{inject.AnnotationLock: " "}, nil), false, "no baton.dev/lock annotation"},
-		{"opt out", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "false"}, nil), false, "opted out"},
-		{"opt out no", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "No"}, nil), false, "opted out"},
-		{"inject true", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInject: "true"}, nil), true, ""},
+		{"empty lock", pod(map[string]string{batonv1.AnnotationLock: " "}, nil), false, "no baton.dev/lock annotation"},
+		{"opt out", pod(map[string]string{batonv1.AnnotationLock: "orders", batonv1.AnnotationInject: "false"}, nil), false, "opted out"},
+		{"opt out no", pod(map[string]string{batonv1.AnnotationLock: "orders", batonv1.AnnotationInject: "No"}, nil), false, "opted out"},
+		{"inject true", pod(map[string]string{batonv1.AnnotationLock: "orders", batonv1.AnnotationInject: "true"}, nil), true, ""},
 		// Markers and a container of the sidecar's name are no reason to skip injection: the
 		// webhook denies the first (Marked), Inject refuses the second.
-		{"injected annotation", pod(map[string]string{inject.AnnotationLock: "orders", inject.AnnotationInjected: "img"}, nil), true, ""},
+		{"injected annotation", pod(map[string]string{batonv1.AnnotationLock: "orders", batonv1.AnnotationInjected: "img"}, nil), true, ""},
 		{"baton init container", pod(lock, func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName}}
 		}), true, ""},
@@ -261,32 +260,32 @@ func TestRequired(t *testing.T) {
 // ones without end.
 func TestNoPodStartsAsHolder(t *testing.T) {
 	for _, traffic := range []batonv1.TrafficPolicy{batonv1.TrafficLabel, batonv1.TrafficReadinessGate, batonv1.TrafficNone} {
-		for _, role := range []string{"", sidecarcontract.RoleHolder, sidecarcontract.RoleStandby, "leader"} {
+		for _, role := range []string{"", batonv1.RoleHolder, batonv1.RoleStandby, "leader"} {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "w",
-				Annotations: map[string]string{inject.AnnotationLock: "orders"}, Labels: map[string]string{"app": "w"}},
+				Annotations: map[string]string{batonv1.AnnotationLock: "orders"}, Labels: map[string]string{"app": "w"}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}}
 			if role != "" {
-				pod.Labels[sidecarcontract.LabelRole] = role
+				pod.Labels[batonv1.LabelRole] = role
 			}
 			dl := validLock()
 			dl.Spec.TrafficPolicy = traffic
 			out, err := inject.Inject(pod, dl, inject.Config{Image: "baton:test", Cassandra: batonv1.CassandraConnection{ContactPoints: []string{"db"}}})
-			allowed := role == "" || (traffic == batonv1.TrafficLabel && role == sidecarcontract.RoleStandby)
+			allowed := role == "" || (traffic == batonv1.TrafficLabel && role == batonv1.RoleStandby)
 			if !allowed {
-				if !errors.Is(err, inject.ErrConflict) || !strings.Contains(err.Error(), sidecarcontract.LabelRole) {
-					t.Errorf("%s, pod labelled %q: error %v, want ErrConflict naming %s", traffic, role, err, sidecarcontract.LabelRole)
+				if !errors.Is(err, inject.ErrConflict) || !strings.Contains(err.Error(), batonv1.LabelRole) {
+					t.Errorf("%s, pod labelled %q: error %v, want ErrConflict naming %s", traffic, role, err, batonv1.LabelRole)
 				}
 				continue
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, ok := out.Labels[sidecarcontract.LabelRole]
-			if traffic == batonv1.TrafficLabel && got != sidecarcontract.RoleStandby {
-				t.Errorf("%s, pod labelled %q: %s = %q, want %s", traffic, role, sidecarcontract.LabelRole, got, sidecarcontract.RoleStandby)
+			got, ok := out.Labels[batonv1.LabelRole]
+			if traffic == batonv1.TrafficLabel && got != batonv1.RoleStandby {
+				t.Errorf("%s, pod labelled %q: %s = %q, want %s", traffic, role, batonv1.LabelRole, got, batonv1.RoleStandby)
 			}
 			if traffic != batonv1.TrafficLabel && ok {
-				t.Errorf("%s, pod labelled %q: %s = %q, want no label", traffic, role, sidecarcontract.LabelRole, got)
+				t.Errorf("%s, pod labelled %q: %s = %q, want no label", traffic, role, batonv1.LabelRole, got)
 			}
 			if out.Labels["app"] != "w" {
 				t.Errorf("%s: the pod's own labels changed: %v", traffic, out.Labels)
@@ -304,11 +303,11 @@ func TestMarked(t *testing.T) {
 		labels      map[string]string
 		want        string
 	}{
-		{"plain", map[string]string{inject.AnnotationLock: "orders"}, map[string]string{"app": "w"}, ""},
-		{"annotation", map[string]string{inject.AnnotationInjected: "img"}, nil, "annotation baton.dev/injected"},
-		{"empty annotation", map[string]string{inject.AnnotationInjected: ""}, nil, "annotation baton.dev/injected"},
-		{"label", nil, map[string]string{inject.LabelInjected: "true"}, "label baton.dev/injected"},
-		{"label false", nil, map[string]string{inject.LabelInjected: "false"}, "label baton.dev/injected"},
+		{"plain", map[string]string{batonv1.AnnotationLock: "orders"}, map[string]string{"app": "w"}, ""},
+		{"annotation", map[string]string{batonv1.AnnotationInjected: "img"}, nil, "annotation baton.dev/injected"},
+		{"empty annotation", map[string]string{batonv1.AnnotationInjected: ""}, nil, "annotation baton.dev/injected"},
+		{"label", nil, map[string]string{batonv1.LabelInjected: "true"}, "label baton.dev/injected"},
+		{"label false", nil, map[string]string{batonv1.LabelInjected: "false"}, "label baton.dev/injected"},
 	} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.annotations, Labels: tc.labels}}
 		got := inject.Marked(pod)
@@ -330,7 +329,7 @@ func validLock() *batonv1.DistributedLock {
 
 func appPod() *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "app", Annotations: map[string]string{inject.AnnotationLock: "orders"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "app", Annotations: map[string]string{batonv1.AnnotationLock: "orders"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
 }
@@ -370,7 +369,7 @@ func TestInjectErrors(t *testing.T) {
 		{name: "bad keyspace", dl: func(d *batonv1.DistributedLock) {
 			d.Spec.Cassandra = &batonv1.CassandraConnection{Keyspace: "1x"}
 		}, is: inject.ErrInvalidLock, message: "keyspace"},
-		{name: "annotation names another lock", pod: func(p *corev1.Pod) { p.Annotations[inject.AnnotationLock] = "other" }, is: inject.ErrInvalidLock, message: `names "other"`},
+		{name: "annotation names another lock", pod: func(p *corev1.Pod) { p.Annotations[batonv1.AnnotationLock] = "other" }, is: inject.ErrInvalidLock, message: `names "other"`},
 		{name: "other namespace", dl: func(d *batonv1.DistributedLock) { d.Namespace = "team-b" }, is: inject.ErrInvalidLock, message: "not in the pod's namespace"},
 		{name: "baton container", pod: func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: inject.ContainerName})
@@ -448,7 +447,7 @@ func TestInjectReplacesAppEnvAndKeepsGate(t *testing.T) {
 		{Name: sidecarcontract.EnvLocks, Value: "old"}, {Name: "A", Value: "1"}, {Name: sidecarcontract.EnvLocks, Value: "older"},
 	}
 	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: inject.SocketVolume, MountPath: sidecarcontract.SocketDir}}
-	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: sidecarcontract.ConditionLockHeld}}
+	p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: batonv1.ConditionLockHeld}}
 	out, err := inject.Inject(p, validLock(), testConfig("unit"))
 	if err != nil {
 		t.Fatal(err)
@@ -520,8 +519,5 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if sc.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("pull policy %q", sc.ImagePullPolicy)
-	}
-	if path.Dir(sidecarcontract.SocketPath) != sidecarcontract.SocketDir {
-		t.Errorf("socket %s is not in %s", sidecarcontract.SocketPath, sidecarcontract.SocketDir)
 	}
 }

@@ -4,22 +4,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-)
 
-// Annotations on a pod that steer injection.
-const (
-	// AnnotationLock names the DistributedLock, in the pod's namespace, whose locks the pod holds.
-	// A pod without it is never injected.
-	AnnotationLock = "baton.dev/lock"
-	// AnnotationInject set to "false" (or "no", "off", "n", "0") opts a pod out of injection even
-	// though it carries AnnotationLock.
-	AnnotationInject = "baton.dev/inject"
-	// AnnotationInjected is set by Inject to the sidecar image. Like LabelInjected it is a marker
-	// only the webhook's own mutation may set: see Marked.
-	AnnotationInjected = "baton.dev/injected"
-	// LabelInjected ("true") marks injected pods, so that the operator can watch only those and
-	// grant their service accounts the sidecar's permissions (see Injected).
-	LabelInjected = "baton.dev/injected"
+	batonv1 "github.com/baton-dev/baton/api/v1"
 )
 
 // Marked returns why pod, as it is being created, already carries one of the markers only Inject
@@ -32,11 +18,11 @@ func Marked(pod *corev1.Pod) string {
 	if pod == nil {
 		return ""
 	}
-	if _, ok := pod.Annotations[AnnotationInjected]; ok {
-		return "pod carries the annotation " + AnnotationInjected + ", which only baton's webhook sets when it injects the sidecar: remove it (and the sidecar, if the pod is a copy of an injected pod) and let the webhook inject"
+	if _, ok := pod.Annotations[batonv1.AnnotationInjected]; ok {
+		return "pod carries the annotation " + batonv1.AnnotationInjected + ", which only baton's webhook sets when it injects the sidecar: remove it (and the sidecar, if the pod is a copy of an injected pod) and let the webhook inject"
 	}
-	if _, ok := pod.Labels[LabelInjected]; ok {
-		return "pod carries the label " + LabelInjected + ", which only baton's webhook sets when it injects the sidecar: remove it (and the sidecar, if the pod is a copy of an injected pod) and let the webhook inject"
+	if _, ok := pod.Labels[batonv1.LabelInjected]; ok {
+		return "pod carries the label " + batonv1.LabelInjected + ", which only baton's webhook sets when it injects the sidecar: remove it (and the sidecar, if the pod is a copy of an injected pod) and let the webhook inject"
 	}
 	return ""
 }
@@ -50,7 +36,7 @@ func Marked(pod *corev1.Pod) string {
 // checked, and the sidecar container's image and settings are not compared with what the webhook
 // would inject today.
 func Injected(pod *corev1.Pod) bool {
-	return pod != nil && pod.Labels[LabelInjected] == "true" && pod.Annotations[AnnotationInjected] != "" &&
+	return pod != nil && pod.Labels[batonv1.LabelInjected] == "true" && pod.Annotations[batonv1.AnnotationInjected] != "" &&
 		hasContainer(pod, ContainerName)
 }
 
@@ -63,14 +49,14 @@ func Required(pod *corev1.Pod) (bool, string) {
 	if pod == nil {
 		return false, "no pod"
 	}
-	if strings.TrimSpace(pod.Annotations[AnnotationLock]) == "" {
-		return false, "pod has no " + AnnotationLock + " annotation"
+	if strings.TrimSpace(pod.Annotations[batonv1.AnnotationLock]) == "" {
+		return false, "pod has no " + batonv1.AnnotationLock + " annotation"
 	}
-	if v, ok := pod.Annotations[AnnotationInject]; ok && OptedOut(v) {
-		return false, "pod opted out with annotation " + AnnotationInject + ": " + v
+	if v, ok := pod.Annotations[batonv1.AnnotationInject]; ok && OptedOut(v) {
+		return false, "pod opted out with annotation " + batonv1.AnnotationInject + ": " + v
 	}
 	if pod.Spec.HostNetwork {
-		return false, "pod uses the host network: its sidecar's loopback metrics port would collide with other pods on the node; run it without hostNetwork or remove the " + AnnotationLock + " annotation"
+		return false, "pod uses the host network: its sidecar's loopback metrics port would collide with other pods on the node; run it without hostNetwork or remove the " + batonv1.AnnotationLock + " annotation"
 	}
 	return true, ""
 }

@@ -8,8 +8,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
-	"github.com/baton-dev/baton/internal/inject"
 )
 
 // CacheOptions is the cache policy of the operator's manager, and the one place it is set. The
@@ -36,7 +36,7 @@ func CacheOptions() cache.Options {
 	own := fields.OneTermEqualSelector("metadata.name", sidecaraccess.Name)
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{inject.LabelInjected: "true"})},
+			&corev1.Pod{}:         {Label: labels.SelectorFromSet(labels.Set{batonv1.LabelInjected: "true"})},
 			&rbacv1.RoleBinding{}: {Field: own},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),

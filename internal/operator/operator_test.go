@@ -24,7 +24,6 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testing/devcluster"
 	"github.com/baton-dev/baton/internal/testing/nodeagent"
 	"github.com/baton-dev/baton/internal/testing/testenv"
@@ -80,7 +79,7 @@ func create(t *testing.T, env *devcluster.Cluster, obj client.Object) {
 
 func appPod(ns, name, lockName string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{inject.AnnotationLock: lockName}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{batonv1.AnnotationLock: lockName}},
 		Spec: corev1.PodSpec{ServiceAccountName: devcluster.AppAccount,
 			Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
 	}
@@ -102,8 +101,8 @@ func TestWebhookAdmitsThroughOperator(t *testing.T) {
 	if sc == nil || sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 		t.Fatalf("no native sidecar injected (server v1.37 supports them): init containers %+v", pod.Spec.InitContainers)
 	}
-	if pod.Labels[inject.LabelInjected] != "true" {
-		t.Errorf("labels %v lack %s=true", pod.Labels, inject.LabelInjected)
+	if pod.Labels[batonv1.LabelInjected] != "true" {
+		t.Errorf("labels %v lack %s=true", pod.Labels, batonv1.LabelInjected)
 	}
 
 	err := env.Client.Create(context.Background(), appPod(ns, "lost", "no-such-lock"))
@@ -153,8 +152,8 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 	// Each sidecar, with its pod-bound token, sets its own pod's readiness condition, and the pod's
 	// Ready follows it: only the holder would receive Service traffic.
 	testenv.WaitFor(t, "web-a Ready and web-b not", 30*time.Second, func() bool {
-		return podCondition(t, env, ns, "web-a", sidecarcontract.ConditionLockHeld) == corev1.ConditionTrue &&
-			podCondition(t, env, ns, "web-b", sidecarcontract.ConditionLockHeld) == corev1.ConditionFalse &&
+		return podCondition(t, env, ns, "web-a", batonv1.ConditionLockHeld) == corev1.ConditionTrue &&
+			podCondition(t, env, ns, "web-b", batonv1.ConditionLockHeld) == corev1.ConditionFalse &&
 			podCondition(t, env, ns, "web-a", corev1.PodReady) == corev1.ConditionTrue &&
 			podCondition(t, env, ns, "web-b", corev1.PodReady) == corev1.ConditionFalse
 	})
@@ -263,7 +262,7 @@ func TestRolloutSafeCondition(t *testing.T) {
 			Replicas: ptr.To[int32](3),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{inject.AnnotationLock: "leader"}},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{batonv1.AnnotationLock: "leader"}},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
 			},
 		},
@@ -432,7 +431,7 @@ func TestWebhookDeniesConnectionsTheOperatorRefuses(t *testing.T) {
 	}
 	pod := appPod(ns, "worker-labelled", "unlabelled")
 	create(t, env, pod)
-	if pod.Labels[inject.LabelInjected] != "true" {
-		t.Errorf("pod of a lock with a labelled Secret: labels %v lack %s=true", pod.Labels, inject.LabelInjected)
+	if pod.Labels[batonv1.LabelInjected] != "true" {
+		t.Errorf("pod of a lock with a labelled Secret: labels %v lack %s=true", pod.Labels, batonv1.LabelInjected)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -252,7 +251,7 @@ func (o Options) Validate() error {
 		bad("--cassandra-tls-cert and --cassandra-tls-key go together")
 	}
 	for _, ks := range o.OperatorKeyspaces {
-		if !keyspaceName.MatchString(ks) {
+		if !sidecarcontract.ValidKeyspace(ks) {
 			bad("--operator-keyspaces: %q is not a keyspace name (a letter, then up to 47 letters, digits or '_')", ks)
 		}
 	}
@@ -273,8 +272,6 @@ func Usage(w io.Writer) {
 	fmt.Fprintln(w, "baton operator: sidecar injection, DistributedLock status and sidecar permissions.\nFlags:")
 	fs.PrintDefaults()
 }
-
-var keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
 
 func upperWord(s string) string { return strings.ToUpper(strings.TrimSpace(s)) }
 

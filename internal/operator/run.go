@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -38,6 +40,7 @@ import (
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/controllers/sidecaraccess"
 	"github.com/baton-dev/baton/internal/certfiles"
+	"github.com/baton-dev/baton/internal/ctxtime"
 	"github.com/baton-dev/baton/internal/storepool"
 	batonwebhook "github.com/baton-dev/baton/internal/webhook"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -83,34 +86,72 @@ func Scheme() (*runtime.Scheme, error) {
 
 // Run runs the operator until ctx ends. log receives every log line: it is the manager's logger,
 // from which controller-runtime derives each reconcile's logger (with the controller's name, the
-// request and the reconcileID), which the reconcilers take from their context.
+// request and the reconcileID), which the reconcilers take from their context. Its phases: check
+// the options and the cluster, build the manager, add the controllers, add the webhook and its
+// certificate, add the health checks, and run the manager.
 func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) error {
-	if err := o.Validate(); err != nil {
-		return err
-	}
-	scheme, err := Scheme()
+	scheme, defaults, err := prepare(&o, cfg, log)
 	if err != nil {
 		return err
 	}
-	if o.Inject.NativeSidecars, err = nativeSidecars(o.NativeSidecars, cfg); err != nil {
+	mgr, err := newManager(o, cfg, scheme, log)
+	if err != nil {
 		return err
+	}
+	stores, closePool, err := addControllers(mgr, o, defaults, log)
+	if err != nil {
+		return err
+	}
+	defer closePool()
+	webhookUp, err := addWebhook(ctx, mgr, o, cfg, stores, log)
+	if err != nil {
+		return err
+	}
+	if err := addHealthChecks(mgr, webhookUp); err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	return nil
+}
+
+// prepare validates o, decides the native-sidecar mode (asking the API server in auto mode) into
+// o.Inject, logs the settings and reads the operator's own Cassandra credentials. It starts
+// nothing.
+func prepare(o *Options, cfg *rest.Config, log logr.Logger) (*runtime.Scheme, cassandrastore.Credentials, error) {
+	var none cassandrastore.Credentials
+	if err := o.Validate(); err != nil {
+		return nil, none, err
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, none, err
+	}
+	if o.Inject.NativeSidecars, err = nativeSidecars(o.NativeSidecars, cfg); err != nil {
+		return nil, none, err
 	}
 	log.Info("starting", "namespace", o.Namespace, "sidecarImage", o.Inject.Image, "nativeSidecars", o.Inject.NativeSidecars,
 		"cassandra", o.Inject.Cassandra.ContactPoints, "webhookCerts", o.WebhookCerts, "globalNamespaces", o.Inject.GlobalNamespaces)
 	defaults, err := o.defaultCredentials()
 	if err != nil {
-		return err
+		return nil, none, err
 	}
+	return scheme, defaults, nil
+}
 
+// newManager builds the controller-runtime manager: metrics, probes, leader election (the
+// reconcilers stop as soon as leadership is lost; the process exits and restarts), the webhook
+// server (not started before its certificate, see addWebhook) and the shared cache.
+func newManager(o Options, cfg *rest.Config, scheme *runtime.Scheme, log logr.Logger) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Logger:                  log,
-		Metrics:                 metricsOptions(o),
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        o.LeaderElectionID,
-		LeaderElectionNamespace: o.Namespace,
-		// The reconcilers stop as soon as leadership is lost; the process exits and restarts.
+		Scheme:                        scheme,
+		Logger:                        log,
+		Metrics:                       metricsOptions(o),
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
 		// What the shared cache holds, and why that serves every reader: see CacheOptions.
@@ -118,13 +159,18 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(o.SharedProcess)},
 	})
 	if err != nil {
-		return fmt.Errorf("operator: manager: %w", err)
+		return nil, fmt.Errorf("operator: manager: %w", err)
 	}
+	return mgr, nil
+}
 
-	stores := &controllers.PoolSource{Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults,
+// addControllers adds the DistributedLock controller (with its store pool and metrics) and the
+// sidecar-access controller to mgr. stores is the connection policy the webhook shares;
+// closePool closes the pool's connections once the manager stopped.
+func addControllers(mgr ctrl.Manager, o Options, defaults cassandrastore.Credentials, log logr.Logger) (stores *controllers.PoolSource, closePool func(), err error) {
+	stores = &controllers.PoolSource{Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults,
 		AllowedContactPoints: o.CassandraAllowedHosts, OperatorKeyspaces: o.OperatorKeyspaces, AllowAnonymous: o.AllowAnonymousCassandra}
 	pool := storepool.New(storepool.WithLogger(log.WithName("storepool")), ensureSchema(o, stores.EnsuresSchema))
-	defer pool.Close()
 	stores.Pool = pool
 	if defaults.Username == "" && (defaults.TLS == nil || len(defaults.TLS.Cert) == 0) && !o.AllowAnonymousCassandra {
 		log.Info("no Cassandra credentials of the operator's own: every DistributedLock must name its own " +
@@ -132,7 +178,8 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 	}
 	metrics := controllers.NewMetrics()
 	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
-		return fmt.Errorf("operator: %w", err)
+		pool.Close()
+		return nil, nil, fmt.Errorf("operator: %w", err)
 	}
 	reconciler := &controllers.DistributedLockReconciler{
 		Client:    mgr.GetClient(),
@@ -148,55 +195,31 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("operator: %w", err)
+		pool.Close()
+		return nil, nil, fmt.Errorf("operator: %w", err)
 	}
 	if err := (&sidecaraccess.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("operator: %w", err)
+		pool.Close()
+		return nil, nil, fmt.Errorf("operator: %w", err)
 	}
+	return stores, func() { pool.Close() }, nil
+}
 
+// addWebhook adds the injecting webhook to mgr once its certificate is ready (see
+// addWebhookCerts), so that the webhook server never starts without one. webhookUp is closed
+// once it is registered; never if ctx ends first.
+func addWebhook(ctx context.Context, mgr ctrl.Manager, o Options, cfg *rest.Config, stores *controllers.PoolSource,
+	log logr.Logger) (webhookUp <-chan struct{}, err error) {
 	injector, err := batonwebhook.NewPodInjector(mgr.GetClient(), o.Inject, batonwebhook.WithLogger(log.WithName("webhook")),
 		batonwebhook.WithLiveReader(mgr.GetAPIReader()), batonwebhook.WithConnectionPolicy(stores.Refuses))
 	if err != nil {
-		return fmt.Errorf("operator: %w", err)
+		return nil, fmt.Errorf("operator: %w", err)
 	}
 	certsReady := make(chan struct{})
-	if o.WebhookCerts == CertsSelf {
-		if err := ensureSecret(ctx, mgr.GetAPIReader(), mgr.GetClient(), o.Namespace, o.WebhookSecret); err != nil {
-			return err
-		}
-		dns := o.WebhookService + "." + o.Namespace + ".svc"
-		err := rotator.AddRotator(mgr, &rotator.CertRotator{
-			SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.WebhookSecret},
-			CertDir:        o.WebhookCertDir,
-			CAName:         "baton-webhook-ca",
-			CAOrganization: "baton",
-			DNSName:        dns,
-			ExtraDNSNames:  append([]string{dns + ".cluster.local", o.WebhookService + "." + o.Namespace}, o.WebhookExtraDNSNames...),
-			IsReady:        certsReady,
-			Webhooks:       []rotator.WebhookInfo{{Name: o.WebhookConfiguration, Type: rotator.Mutating}},
-			// Every replica serves the webhook, so every replica keeps the certificate current;
-			// concurrent rotations are settled by the Secret's resourceVersion.
-			RequireLeaderElection: false,
-			ControllerName:        rotatorName(o),
-		})
-		if err != nil {
-			return fmt.Errorf("operator: webhook certificate rotator: %w", err)
-		}
-		// The rotator writes the Secret; the operator writes the files the webhook server reads
-		// from it itself, at once, rather than wait for the kubelet to refresh a Secret volume
-		// (see internal/certfiles).
-		kc, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("operator: %w", err)
-		}
-		if err := mgr.Add(&certfiles.Mirror{Client: kc, Namespace: o.Namespace, Name: o.WebhookSecret, Dir: o.WebhookCertDir,
-			Keys: []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey}, Log: log.WithName("certfiles")}); err != nil {
-			return fmt.Errorf("operator: %w", err)
-		}
-	} else {
-		go waitForCertFiles(ctx, o.WebhookCertDir, certsReady, log)
+	if err := addWebhookCerts(ctx, mgr, o, cfg, certsReady, log); err != nil {
+		return nil, err
 	}
-	webhookUp := make(chan struct{})
+	up := make(chan struct{})
 	go func() {
 		select {
 		case <-certsReady:
@@ -206,10 +229,60 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 		// Adding the webhook server now (GetWebhookServer adds it to the running manager) means
 		// it never starts without a certificate.
 		mgr.GetWebhookServer().Register(batonwebhook.Path, &admission.Webhook{Handler: injector})
-		close(webhookUp)
+		close(up)
 		log.Info("webhook serving", "port", o.WebhookPort, "path", batonwebhook.Path)
 	}()
+	return up, nil
+}
 
+// addWebhookCerts arranges for certsReady to be closed once the webhook's certificate is in
+// o.WebhookCertDir. With --webhook-certs=self it adds the certificate rotator (which fills the
+// webhook Secret and the caBundle of the webhook configuration) and the mirror that writes the
+// Secret's files; otherwise it waits for the files mounted from a Secret cert-manager fills.
+func addWebhookCerts(ctx context.Context, mgr ctrl.Manager, o Options, cfg *rest.Config, certsReady chan struct{}, log logr.Logger) error {
+	if o.WebhookCerts != CertsSelf {
+		go waitForCertFiles(ctx, o.WebhookCertDir, certsReady, log)
+		return nil
+	}
+	if err := ensureSecret(ctx, mgr.GetAPIReader(), mgr.GetClient(), o.Namespace, o.WebhookSecret, secretBackoff, log); err != nil {
+		return err
+	}
+	dns := o.WebhookService + "." + o.Namespace + ".svc"
+	err := rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.WebhookSecret},
+		CertDir:        o.WebhookCertDir,
+		CAName:         "baton-webhook-ca",
+		CAOrganization: "baton",
+		DNSName:        dns,
+		ExtraDNSNames:  append([]string{dns + ".cluster.local", o.WebhookService + "." + o.Namespace}, o.WebhookExtraDNSNames...),
+		IsReady:        certsReady,
+		Webhooks:       []rotator.WebhookInfo{{Name: o.WebhookConfiguration, Type: rotator.Mutating}},
+		// Every replica serves the webhook, so every replica keeps the certificate current;
+		// concurrent rotations are settled by the Secret's resourceVersion.
+		RequireLeaderElection: false,
+		ControllerName:        rotatorName(o),
+	})
+	if err != nil {
+		return fmt.Errorf("operator: webhook certificate rotator: %w", err)
+	}
+	// The rotator writes the Secret; the operator writes the files the webhook server reads
+	// from it itself, at once, rather than wait for the kubelet to refresh a Secret volume
+	// (see internal/certfiles).
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	if err := mgr.Add(&certfiles.Mirror{Client: kc, Namespace: o.Namespace, Name: o.WebhookSecret, Dir: o.WebhookCertDir,
+		Keys: []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey}, Log: log.WithName("certfiles")}); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	return nil
+}
+
+// addHealthChecks adds the liveness check (the process answers) and the readiness check (the
+// webhook is registered and its server started; not guaranteed: that its certificate is still
+// valid).
+func addHealthChecks(mgr ctrl.Manager, webhookUp <-chan struct{}) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
@@ -223,31 +296,54 @@ func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) erro
 	}); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("operator: %w", err)
-	}
 	return nil
 }
 
+// secretBackoff paces ensureSecret's reads of the webhook Secret while the API server fails them.
+var secretBackoff = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 15 * time.Second}
+
+// forbiddenCreateMessage is what ensureSecret logs when it may not create the missing Secret.
+const forbiddenCreateMessage = "the webhook Secret is missing and the operator may not create it: the chart ships it " +
+	"(helm upgrade restores it); the certificate rotator fills it once it exists"
+
 // ensureSecret creates the (empty) Secret the certificate rotator fills, unless it exists; the
-// chart may ship it too.
-// The manager's cache is not running yet: read through the API reader, write with the client
-// (writes never go through the cache).
-func ensureSecret(ctx context.Context, r client.Reader, w client.Writer, namespace, name string) error {
+// chart ships it and grants no create. The manager's cache is not running yet: it reads through
+// the API reader and writes with the client (writes never go through the cache).
+//
+// A failed read is retried, paced by backoff, until ctx ends (then it returns ctx's error): a
+// read the API server fails for a moment must not end the operator. Only a read that finds no
+// Secret leads to a Create; a Create the API server forbids means the chart owns the Secret, which
+// is logged and not an error. Not guaranteed: that the Secret exists when ensureSecret returns nil.
+func ensureSecret(ctx context.Context, r client.Reader, w client.Writer, namespace, name string, backoff wait.Backoff, log logr.Logger) error {
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
 			Labels: map[string]string{"app.kubernetes.io/name": "baton", "app.kubernetes.io/component": "webhook"}},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil},
 	}
-	// Get first: the chart ships the Secret and need not grant create.
-	if err := r.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{}); err == nil {
+	for {
+		err := r.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{})
+		if err == nil {
+			return nil
+		}
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		pause := backoff.Step()
+		log.Info("reading the webhook Secret failed; retrying", "secret", namespace+"/"+name, "in", pause.String(), "err", err.Error())
+		if err := ctxtime.Sleep(ctx, pause); err != nil {
+			return fmt.Errorf("operator: reading webhook Secret %s/%s: %w", namespace, name, err)
+		}
+	}
+	err := w.Create(ctx, sec)
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return nil
+	case apierrors.IsForbidden(err):
+		log.Info(forbiddenCreateMessage, "secret", namespace+"/"+name)
 		return nil
 	}
-	if err := w.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("operator: creating webhook Secret %s/%s: %w", namespace, name, err)
-	}
-	return nil
+	return fmt.Errorf("operator: creating webhook Secret %s/%s: %w", namespace, name, err)
 }
 
 // metricsOptions serves the metrics as Kubebuilder scaffolds it: with --metrics-secure over TLS

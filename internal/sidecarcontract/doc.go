@@ -9,13 +9,14 @@
 //     Values: the flag, else the variable, else the default), lists them (WriteUsage) and names them
 //     in errors (SettingError), and how lists in them are written (SplitList);
 //   - the socket (SocketDir, SocketPath) and the application's environment (EnvSocket, EnvLocks);
-//   - what the sidecar writes on its pod: the readiness-gate condition (ConditionLockHeld) and the
-//     role label (LabelRole, RoleHolder, RoleStandby);
 //   - shutdown bounds (DefaultShutdownTimeout, MaxShutdownTimeout);
 //   - what a declared lock ID and a lock-store consistency may be (LockIDProblems,
 //     ValidConsistency, ValidSerialConsistency);
 //   - the store key of a lock ID and the owner identity of a pod (StoreLockID, OwnerIdentity,
 //     PodOfOwner).
+//
+// The baton.dev keys on pods (the readiness-gate condition, the role label, the injection
+// markers) are in api/v1 with every other key users see.
 //
 // It imports only the baton.dev/v1 API types, the app-facing sidecarclient (for the socket's path
 // and variable, which apps need without baton's internals; it imports only the standard library)

@@ -11,6 +11,14 @@ import (
 // and of a pod condition's message.
 var lockIDPattern = regexp.MustCompile(batonv1.LockIDPattern)
 
+// keyspacePattern is batonv1.KeyspacePattern compiled: a keyspace name is written into CQL
+// statements unquoted.
+var keyspacePattern = regexp.MustCompile(batonv1.KeyspacePattern)
+
+// ValidKeyspace reports whether ks may name a lock keyspace: a letter, then up to 47 letters,
+// digits or '_'. It does not say whether the keyspace exists.
+func ValidKeyspace(ks string) bool { return keyspacePattern.MatchString(ks) }
+
 // ValidLockID reports whether id may be declared as a lock ID: 1 to batonv1.MaxLockIDLength
 // letters, digits, '.', '_' or '-', beginning and ending with a letter or digit.
 func ValidLockID(id string) bool { return lockIDPattern.MatchString(id) }

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/webhook"
 )
 
@@ -240,7 +239,7 @@ func deploymentPod(name, lock string) *corev1.Pod {
 		},
 	}
 	if lock != "" {
-		p.Annotations[inject.AnnotationLock] = lock
+		p.Annotations[batonv1.AnnotationLock] = lock
 	}
 	return p
 }

@@ -4,6 +4,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
 )
 
 const (
@@ -15,11 +17,6 @@ const (
 	// pod with the annotation baton.dev/lock or an injection marker (annotation or label
 	// baton.dev/injected), and only the updates that change a marker.
 	MatchConditionName = "baton-pod-or-marker-change"
-	// MatchConditionExpression is the CEL expression of that condition. A marker's value is
-	// compared prefixed with "=" when present, so that a missing key ('') differs from an empty
-	// value. It uses has() and 'in' only, no optional types, so that older clusters accept it;
-	// TestMatchConditionFollowsInject keeps its key names those of package inject.
-	MatchConditionExpression = "request.operation == 'CREATE' ? ((has(object.metadata.annotations) && ('baton.dev/lock' in object.metadata.annotations || 'baton.dev/injected' in object.metadata.annotations)) || (has(object.metadata.labels) && 'baton.dev/injected' in object.metadata.labels)) : ((has(object.metadata.annotations) && 'baton.dev/injected' in object.metadata.annotations ? '=' + object.metadata.annotations['baton.dev/injected'] : '') != (has(oldObject.metadata.annotations) && 'baton.dev/injected' in oldObject.metadata.annotations ? '=' + oldObject.metadata.annotations['baton.dev/injected'] : '') || (has(object.metadata.labels) && 'baton.dev/injected' in object.metadata.labels ? '=' + object.metadata.labels['baton.dev/injected'] : '') != (has(oldObject.metadata.labels) && 'baton.dev/injected' in oldObject.metadata.labels ? '=' + oldObject.metadata.labels['baton.dev/injected'] : ''))"
 	// TimeoutSeconds bounds every call of the API server to the webhook.
 	TimeoutSeconds = 5
 )
@@ -67,7 +64,7 @@ func configuration(name string, cc admissionregistrationv1.WebhookClientConfig) 
 			}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       MatchConditionName,
-				Expression: MatchConditionExpression,
+				Expression: matchConditionExpression(),
 			}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
@@ -77,4 +74,28 @@ func configuration(name string, cc admissionregistrationv1.WebhookClientConfig) 
 			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
+}
+
+// matchConditionExpression is the CEL expression of the condition MatchConditionName: at CREATE,
+// the pod carries AnnotationLock or a marker (AnnotationInjected, LabelInjected); at UPDATE, a
+// marker's value differs from the old pod's. A marker's value is compared prefixed with "=" when
+// present, so that a missing key (”) differs from an empty value. It uses has() and 'in' only,
+// no optional types, so that older clusters accept it. The chart writes the same expression (a
+// chart test compares them).
+func matchConditionExpression() string {
+	has := func(obj, field, key string) string {
+		return "'" + key + "' in " + obj + ".metadata." + field
+	}
+	marker := func(obj, field, key string) string {
+		return "(has(" + obj + ".metadata." + field + ") && " + has(obj, field, key) +
+			" ? '=' + " + obj + ".metadata." + field + "['" + key + "'] : '')"
+	}
+	changed := func(field, key string) string {
+		return marker("object", field, key) + " != " + marker("oldObject", field, key)
+	}
+	onCreate := "(has(object.metadata.annotations) && (" + has("object", "annotations", batonv1.AnnotationLock) + " || " +
+		has("object", "annotations", batonv1.AnnotationInjected) + ")) || (has(object.metadata.labels) && " +
+		has("object", "labels", batonv1.LabelInjected) + ")"
+	onUpdate := changed("annotations", batonv1.AnnotationInjected) + " || " + changed("labels", batonv1.LabelInjected)
+	return "request.operation == 'CREATE' ? (" + onCreate + ") : (" + onUpdate + ")"
 }

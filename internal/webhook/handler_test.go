@@ -99,7 +99,7 @@ func TestHandle(t *testing.T) {
 		{name: "injected", r: &reader{lock: lockIn("shop", "orders", "orders")}, pod: annotatedPod("w", "orders"),
 			allowed: true, patched: true}, // PatchResponseFromRaw sets no result
 		{name: "no annotation", r: &reader{}, pod: plainPod("w"), allowed: true, code: http.StatusOK,
-			msg: "no " + inject.AnnotationLock},
+			msg: "no " + batonv1.AnnotationLock},
 		{name: "marked", r: &reader{lock: lockIn("shop", "orders", "orders")}, pod: marked(annotatedPod("w", "orders")),
 			code: http.StatusForbidden, msg: "only baton's webhook sets"},
 		{name: "marked without lock annotation", r: &reader{}, pod: marked(plainPod("w")),
@@ -140,7 +140,7 @@ func TestHandle(t *testing.T) {
 
 // marked is pod with the label baton.dev/injected its author set.
 func marked(pod *corev1.Pod) *corev1.Pod {
-	pod.Labels = map[string]string{inject.LabelInjected: "true"}
+	pod.Labels = map[string]string{batonv1.LabelInjected: "true"}
 	return pod
 }
 
@@ -155,8 +155,8 @@ func withSidecar(pod *corev1.Pod) *corev1.Pod {
 func TestHandleUpdate(t *testing.T) {
 	injected := func(mutate func(p *corev1.Pod)) *corev1.Pod {
 		p := annotatedPod("w", "orders")
-		p.Annotations[inject.AnnotationInjected] = "img"
-		p.Labels = map[string]string{inject.LabelInjected: "true", "app": "w"}
+		p.Annotations[batonv1.AnnotationInjected] = "img"
+		p.Labels = map[string]string{batonv1.LabelInjected: "true", "app": "w"}
 		if mutate != nil {
 			mutate(p)
 		}
@@ -170,10 +170,10 @@ func TestHandleUpdate(t *testing.T) {
 		{"other label", injected(nil), injected(func(p *corev1.Pod) { p.Labels["baton.dev/role"] = "holder" }), true},
 		{"label added", plainPod("w"), marked(plainPod("w")), false},
 		{"annotation added", annotatedPod("w", "orders"), injected(func(p *corev1.Pod) { p.Labels = nil }), false},
-		{"label changed", injected(nil), injected(func(p *corev1.Pod) { p.Labels[inject.LabelInjected] = "false" }), false},
-		{"annotation changed", injected(nil), injected(func(p *corev1.Pod) { p.Annotations[inject.AnnotationInjected] = "other" }), false},
-		{"label emptied", injected(nil), injected(func(p *corev1.Pod) { p.Labels[inject.LabelInjected] = "" }), false},
-		{"label removed", injected(nil), injected(func(p *corev1.Pod) { delete(p.Labels, inject.LabelInjected) }), false},
+		{"label changed", injected(nil), injected(func(p *corev1.Pod) { p.Labels[batonv1.LabelInjected] = "false" }), false},
+		{"annotation changed", injected(nil), injected(func(p *corev1.Pod) { p.Annotations[batonv1.AnnotationInjected] = "other" }), false},
+		{"label emptied", injected(nil), injected(func(p *corev1.Pod) { p.Labels[batonv1.LabelInjected] = "" }), false},
+		{"label removed", injected(nil), injected(func(p *corev1.Pod) { delete(p.Labels, batonv1.LabelInjected) }), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &reader{}
@@ -243,7 +243,7 @@ func TestMutatingWebhookConfiguration(t *testing.T) {
 		if len(w.MatchConditions) != 1 || w.MatchConditions[0].Name != webhook.MatchConditionName {
 			t.Errorf("matchConditions = %+v", w.MatchConditions)
 		}
-		for _, key := range []string{inject.AnnotationLock, inject.AnnotationInjected, inject.LabelInjected} {
+		for _, key := range []string{batonv1.AnnotationLock, batonv1.AnnotationInjected, batonv1.LabelInjected} {
 			if !strings.Contains(w.MatchConditions[0].Expression, "'"+key+"' in object.metadata.") {
 				t.Errorf("match condition does not look for %s: %s", key, w.MatchConditions[0].Expression)
 			}

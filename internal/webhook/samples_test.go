@@ -110,7 +110,7 @@ func TestSamplesAreAdmitted(t *testing.T) {
 	for _, w := range s.workloads {
 		pod := admit(t, cs, w.pod(samplesNamespace))
 		if pod != nil {
-			checkInjected(t, w.kind+" "+w.name, pod, lockNamed(s, pod.Annotations[inject.AnnotationLock]))
+			checkInjected(t, w.kind+" "+w.name, pod, lockNamed(s, pod.Annotations[batonv1.AnnotationLock]))
 		}
 	}
 	for _, dl := range s.locks {
@@ -237,7 +237,7 @@ func checkCoverage(t *testing.T, s sampleSet) {
 	t.Helper()
 	usedBy := func(dl *batonv1.DistributedLock, kind string) bool {
 		return slices.ContainsFunc(s.workloads, func(w workload) bool {
-			return w.kind == kind && w.template.Annotations[inject.AnnotationLock] == dl.Name
+			return w.kind == kind && w.template.Annotations[batonv1.AnnotationLock] == dl.Name
 		})
 	}
 	want := map[string]func(*batonv1.DistributedLock) bool{
@@ -306,7 +306,7 @@ func admit(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) *corev1.Pod {
 		DryRun: []string{metav1.DryRunAll}, FieldValidation: metav1.FieldValidationStrict,
 	})
 	if err != nil {
-		t.Errorf("pod %s (annotation %s=%q) refused: %v", pod.GenerateName, inject.AnnotationLock, pod.Annotations[inject.AnnotationLock], err)
+		t.Errorf("pod %s (annotation %s=%q) refused: %v", pod.GenerateName, batonv1.AnnotationLock, pod.Annotations[batonv1.AnnotationLock], err)
 		return nil
 	}
 	return got
@@ -317,7 +317,7 @@ func admit(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) *corev1.Pod {
 func checkInjected(t *testing.T, what string, pod *corev1.Pod, dl *batonv1.DistributedLock) {
 	t.Helper()
 	if dl == nil {
-		t.Errorf("%s: annotation %s=%q names no sample DistributedLock", what, inject.AnnotationLock, pod.Annotations[inject.AnnotationLock])
+		t.Errorf("%s: annotation %s=%q names no sample DistributedLock", what, batonv1.AnnotationLock, pod.Annotations[batonv1.AnnotationLock])
 		return
 	}
 	if !inject.Injected(pod) {
@@ -333,14 +333,14 @@ func checkInjected(t *testing.T, what string, pod *corev1.Pod, dl *batonv1.Distr
 		t.Errorf("%s: sidecar startup probe %v, want one exactly in Blocking mode (mode %s)", what, pod.Spec.InitContainers[i].StartupProbe, mode(dl))
 	}
 	gate := slices.ContainsFunc(pod.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool {
-		return g.ConditionType == sidecarcontract.ConditionLockHeld
+		return g.ConditionType == batonv1.ConditionLockHeld
 	})
 	if gate != (traffic(dl) == batonv1.TrafficReadinessGate) {
 		t.Errorf("%s: readiness gates %v under traffic policy %s", what, pod.Spec.ReadinessGates, traffic(dl))
 	}
-	role, labelled := pod.Labels[sidecarcontract.LabelRole]
-	if wantLabel := traffic(dl) == batonv1.TrafficLabel; labelled != wantLabel || (wantLabel && role != sidecarcontract.RoleStandby) {
-		t.Errorf("%s: label %s=%q under traffic policy %s", what, sidecarcontract.LabelRole, role, traffic(dl))
+	role, labelled := pod.Labels[batonv1.LabelRole]
+	if wantLabel := traffic(dl) == batonv1.TrafficLabel; labelled != wantLabel || (wantLabel && role != batonv1.RoleStandby) {
+		t.Errorf("%s: label %s=%q under traffic policy %s", what, batonv1.LabelRole, role, traffic(dl))
 	}
 	for _, c := range pod.Spec.Containers {
 		if !slices.Contains(c.Env, corev1.EnvVar{Name: sidecarcontract.EnvLocks, Value: strings.Join(dl.Spec.LockIDs, ",")}) {

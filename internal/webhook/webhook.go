@@ -66,9 +66,6 @@ func WithConnectionPolicy(refuses func(context.Context, *batonv1.DistributedLock
 	return func(p *PodInjector) { p.refuses = refuses }
 }
 
-// WithDecoder sets the decoder of admitted objects (default: one for client-go's scheme).
-func WithDecoder(d admission.Decoder) Option { return func(p *PodInjector) { p.decoder = d } }
-
 // NewPodInjector returns a PodInjector that reads DistributedLocks through c (typically the
 // manager's cached client, whose scheme must know batonv1) and injects with cfg. It validates cfg,
 // so that a bad operator setting is found at start instead of at the first pod.
@@ -83,13 +80,11 @@ func NewPodInjector(c client.Reader, cfg inject.Config, opts ...Option) (*PodInj
 	for _, o := range opts {
 		o(p)
 	}
-	if p.decoder == nil {
-		s := runtime.NewScheme()
-		if err := clientgoscheme.AddToScheme(s); err != nil {
-			return nil, fmt.Errorf("webhook: build scheme: %w", err)
-		}
-		p.decoder = admission.NewDecoder(s)
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("webhook: build scheme: %w", err)
 	}
+	p.decoder = admission.NewDecoder(s)
 	return p, nil
 }
 
@@ -122,7 +117,7 @@ func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	name := strings.TrimSpace(pod.Annotations[inject.AnnotationLock])
+	name := strings.TrimSpace(pod.Annotations[batonv1.AnnotationLock])
 	dl := &batonv1.DistributedLock{}
 	key := client.ObjectKey{Namespace: ns, Name: name}
 	err := p.client.Get(ctx, key, dl)
@@ -182,7 +177,7 @@ func (p *PodInjector) handleUpdate(log logr.Logger, req admission.Request) admis
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("baton: decode old pod: %w", err))
 	}
 	if markers(pod) != markers(old) {
-		msg := fmt.Sprintf("baton: the annotation and label %s are set by baton's webhook when it injects a pod and cannot be added, changed or removed afterwards", inject.AnnotationInjected)
+		msg := fmt.Sprintf("baton: the annotation and label %s are set by baton's webhook when it injects a pod and cannot be added, changed or removed afterwards", batonv1.AnnotationInjected)
 		log.Info("denied", "reason", msg)
 		return admission.Denied(msg)
 	}
@@ -197,7 +192,7 @@ type marked struct {
 
 func markers(pod *corev1.Pod) marked {
 	var m marked
-	m.annotation, m.hasAnnotation = pod.Annotations[inject.AnnotationInjected]
-	m.label, m.hasLabel = pod.Labels[inject.LabelInjected]
+	m.annotation, m.hasAnnotation = pod.Annotations[batonv1.AnnotationInjected]
+	m.label, m.hasLabel = pod.Labels[batonv1.LabelInjected]
 	return m
 }

@@ -211,7 +211,7 @@ func (s *server) waitActive(ctx context.Context) error {
 // created by controllers) whose annotation names lock.
 func annotatedPod(name, lock string) *corev1.Pod {
 	p := plainPod(name)
-	p.Annotations = map[string]string{inject.AnnotationLock: lock}
+	p.Annotations = map[string]string{batonv1.AnnotationLock: lock}
 	return p
 }
 
@@ -303,11 +303,11 @@ func TestAnnotatedPodIsInjected(t *testing.T) {
 	if !mounted {
 		t.Errorf("app mounts = %+v, want %s at %s", got.Spec.Containers[0].VolumeMounts, inject.SocketVolume, sidecarcontract.SocketDir)
 	}
-	if len(got.Spec.ReadinessGates) != 1 || got.Spec.ReadinessGates[0].ConditionType != sidecarcontract.ConditionLockHeld {
-		t.Errorf("readinessGates = %+v, want %s (ReadinessGate, the CRD default)", got.Spec.ReadinessGates, sidecarcontract.ConditionLockHeld)
+	if len(got.Spec.ReadinessGates) != 1 || got.Spec.ReadinessGates[0].ConditionType != batonv1.ConditionLockHeld {
+		t.Errorf("readinessGates = %+v, want %s (ReadinessGate, the CRD default)", got.Spec.ReadinessGates, batonv1.ConditionLockHeld)
 	}
-	if got.Annotations[inject.AnnotationInjected] != testConfig().Image {
-		t.Errorf("annotations = %v, want %s", got.Annotations, inject.AnnotationInjected)
+	if got.Annotations[batonv1.AnnotationInjected] != testConfig().Image {
+		t.Errorf("annotations = %v, want %s", got.Annotations, batonv1.AnnotationInjected)
 	}
 }
 
@@ -371,7 +371,7 @@ func TestOptedOutPodIsAdmittedUnchanged(t *testing.T) {
 
 	// The lock does not exist: an opted-out pod is admitted without looking it up.
 	p := annotatedPod("opted-out", "ghost")
-	p.Annotations[inject.AnnotationInject] = "false"
+	p.Annotations[batonv1.AnnotationInject] = "false"
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create opted-out pod: %v", err)
 	}
@@ -382,8 +382,8 @@ func TestOptedOutPodIsAdmittedUnchanged(t *testing.T) {
 	if hasSidecar(got) || len(got.Spec.ReadinessGates) != 0 {
 		t.Errorf("opted-out pod was injected: %+v", got.Spec)
 	}
-	if _, ok := got.Annotations[inject.AnnotationInjected]; ok {
-		t.Errorf("opted-out pod has %s", inject.AnnotationInjected)
+	if _, ok := got.Annotations[batonv1.AnnotationInjected]; ok {
+		t.Errorf("opted-out pod has %s", batonv1.AnnotationInjected)
 	}
 	if n := calls.count(ns + "/" + p.Name); n != 1 {
 		t.Errorf("webhook called %d times, want 1 (the annotation is present)", n)
@@ -418,13 +418,13 @@ func TestForgedInjectionIsDenied(t *testing.T) {
 
 	forged := map[string]*corev1.Pod{}
 	p := annotatedPod("injected-annotation", "everywhere") // Global is not allowed in this namespace
-	p.Annotations[inject.AnnotationInjected] = testConfig().Image
+	p.Annotations[batonv1.AnnotationInjected] = testConfig().Image
 	forged[p.Name] = p
 	p = plainPod("injected-label") // no baton.dev/lock: it never reached the webhook
-	p.Labels = map[string]string{inject.LabelInjected: "true"}
+	p.Labels = map[string]string{batonv1.LabelInjected: "true"}
 	forged[p.Name] = p
 	p = plainPod("injected-annotation-only")
-	p.Annotations = map[string]string{inject.AnnotationInjected: "x"}
+	p.Annotations = map[string]string{batonv1.AnnotationInjected: "x"}
 	forged[p.Name] = p
 	p = annotatedPod("own-sidecar", "orders")
 	p.Spec.InitContainers = []corev1.Container{{Name: inject.ContainerName, Image: testConfig().Image,
@@ -466,7 +466,7 @@ func TestForgedInjectionIsDenied(t *testing.T) {
 		_, patchErr := cs.CoreV1().Pods(ns).Patch(ctx, plain.Name, types.StrategicMergePatchType, markPatch, metav1.PatchOptions{}, sub)
 		if got, err := cs.CoreV1().Pods(ns).Get(ctx, plain.Name, metav1.GetOptions{}); err != nil {
 			t.Fatal(err)
-		} else if got.Labels[inject.LabelInjected] != "" || got.Annotations[inject.AnnotationInjected] != "" {
+		} else if got.Labels[batonv1.LabelInjected] != "" || got.Annotations[batonv1.AnnotationInjected] != "" {
 			t.Errorf("markers set through pods/%s (patch: %v): labels %v annotations %v", sub, patchErr, got.Labels, got.Annotations)
 		}
 	}
@@ -480,7 +480,7 @@ func TestForgedInjectionIsDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels[inject.LabelInjected] != "true" || got.Annotations[inject.AnnotationInjected] == "" || !hasSidecar(got) {
+	if got.Labels[batonv1.LabelInjected] != "true" || got.Annotations[batonv1.AnnotationInjected] == "" || !hasSidecar(got) {
 		t.Fatalf("the webhook did not inject: labels %v annotations %v", got.Labels, got.Annotations)
 	}
 	for _, patch := range []string{

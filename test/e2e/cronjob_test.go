@@ -19,10 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/build/imagebuild"
-	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/testing/fencedstore"
 	"github.com/baton-dev/baton/internal/testing/images/demoapp"
+	"github.com/baton-dev/baton/internal/testing/fencedstore"
+	"github.com/baton-dev/baton/internal/build/imagebuild"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
@@ -67,7 +66,7 @@ func TestSingletonCronJobAcrossNamespaces(t *testing.T) {
 				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
 					BackoffLimit: ptr(int32(0)),
 					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{inject.AnnotationLock: "report"}},
+						ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{batonv1.AnnotationLock: "report"}},
 						Spec: corev1.PodSpec{
 							RestartPolicy: corev1.RestartPolicyNever,
 							Containers: []corev1.Container{{

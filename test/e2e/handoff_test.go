@@ -304,7 +304,7 @@ func watchOldPods(ctx context.Context, c cluster, ns string, oldPods map[string]
 						h.record(p.Name, "marked", at)
 					}
 					for _, cond := range p.Status.Conditions {
-						if cond.Type == sidecarcontract.ConditionSteppedAside && cond.Status == corev1.ConditionTrue {
+						if cond.Type == batonv1.ConditionSteppedAside && cond.Status == corev1.ConditionTrue {
 							h.record(p.Name, "stepped aside", at)
 						}
 					}

@@ -13,7 +13,6 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
-	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testing/images/demoapp"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
@@ -33,7 +32,7 @@ func TestLabelPolicy(t *testing.T) {
 	holderSvc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo-holder", Namespace: ns},
 		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": "demo", sidecarcontract.LabelRole: sidecarcontract.RoleHolder},
+			Selector: map[string]string{"app": "demo", batonv1.LabelRole: batonv1.RoleHolder},
 			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
 		},
 	}
@@ -68,13 +67,13 @@ func TestLabelPolicy(t *testing.T) {
 			if podReady(p) {
 				ready++
 			}
-			role := p.Labels[sidecarcontract.LabelRole]
+			role := p.Labels[batonv1.LabelRole]
 			roles[role] = append(roles[role], p.Name)
 		}
-		if len(pods) != 3 || ready != 3 || len(roles[sidecarcontract.RoleHolder]) != 1 || len(roles[sidecarcontract.RoleStandby]) != 2 {
+		if len(pods) != 3 || ready != 3 || len(roles[batonv1.RoleHolder]) != 1 || len(roles[batonv1.RoleStandby]) != 2 {
 			return false
 		}
-		holder = roles[sidecarcontract.RoleHolder][0]
+		holder = roles[batonv1.RoleHolder][0]
 		return lockStatus(t, ctx, c, ns).Holder == holder
 	})
 	if holder != pods[0].Name {

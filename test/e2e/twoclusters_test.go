@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/testing/batonnode"
 	"github.com/baton-dev/baton/internal/testing/devcluster"
 	"github.com/baton-dev/baton/internal/testing/testenv"
@@ -63,7 +62,7 @@ func TestGlobalLockAcrossTheNodeAndAnotherCluster(t *testing.T) {
 	podB := "b-" + name
 	for _, o := range []client.Object{
 		global(&batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: clustersNamespace, Name: name}, Spec: batonv1.DistributedLockSpec{LockIDs: []string{name}}}),
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: clustersNamespace, Name: podB, Annotations: map[string]string{inject.AnnotationLock: name}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: clustersNamespace, Name: podB, Annotations: map[string]string{batonv1.AnnotationLock: name}},
 			Spec: corev1.PodSpec{ServiceAccountName: devcluster.AppAccount, Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}}},
 	} {
 		if err := b.Client.Create(ctx, o); err != nil {

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/baton-dev/baton/internal/sidecarcontract"
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 
@@ -24,7 +24,7 @@ func podCondition(t *testing.T, client kubernetes.Interface, ns, name string) co
 		t.Fatal(err)
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == sidecarcontract.ConditionLockHeld {
+		if c.Type == batonv1.ConditionLockHeld {
 			return c.Status
 		}
 	}
@@ -48,7 +48,7 @@ func TestSidecarsDriveReadinessGate(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
 				Containers:     []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
-				ReadinessGates: []corev1.PodReadinessGate{{ConditionType: sidecarcontract.ConditionLockHeld}},
+				ReadinessGates: []corev1.PodReadinessGate{{ConditionType: batonv1.ConditionLockHeld}},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {

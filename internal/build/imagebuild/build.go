@@ -90,9 +90,6 @@ func WithBatonBinaries(dir string) Option { return func(o *options) { o.batonBin
 // DefaultCABundle when it exists); "" builds them without one.
 func WithCABundle(path string) Option { return func(o *options) { o.caBundle = path } }
 
-// WithGo sets the go command (default "go" from PATH).
-func WithGo(path string) Option { return func(o *options) { o.goCmd = path } }
-
 // BuildAll builds the binaries, assembles the baton, pause and demoapp images and writes them to
 // outDir/ArchiveName, creating outDir. The binaries go to outDir/imagebin. It takes about as long
 // as go build does; with a warm Go build cache, seconds.

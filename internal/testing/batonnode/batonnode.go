@@ -21,9 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/build/imagebuild"
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/testing/images/demoapp"
+	"github.com/baton-dev/baton/internal/build/imagebuild"
 	"github.com/baton-dev/baton/internal/testing/localkube"
 	"github.com/baton-dev/baton/internal/testing/localnode"
 )
@@ -191,7 +190,7 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 			Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &all}},
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{inject.AnnotationLock: w.Name}},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{batonv1.AnnotationLock: w.Name}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
 					Name: "app", Image: imagebuild.DemoAppTag, ImagePullPolicy: corev1.PullNever,
 					Env:            env,

@@ -9,10 +9,9 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
-	"github.com/baton-dev/baton/internal/build/imagebuild"
-	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/testing/batonnode"
 	"github.com/baton-dev/baton/internal/testing/images/demoapp"
+	"github.com/baton-dev/baton/internal/build/imagebuild"
 )
 
 // TestWorkloadIsTheRecommendedOne: the objects the end-to-end tests and the demo create are the
@@ -27,8 +26,8 @@ func TestWorkloadIsTheRecommendedOne(t *testing.T) {
 			t.Errorf("DistributedLock %+v", dl)
 		}
 		tmpl := dep.Spec.Template
-		if tmpl.Annotations[inject.AnnotationLock] != "report" || *dep.Spec.Replicas != 3 {
-			t.Errorf("Deployment: lock annotation %q, replicas %d", tmpl.Annotations[inject.AnnotationLock], *dep.Spec.Replicas)
+		if tmpl.Annotations[batonv1.AnnotationLock] != "report" || *dep.Spec.Replicas != 3 {
+			t.Errorf("Deployment: lock annotation %q, replicas %d", tmpl.Annotations[batonv1.AnnotationLock], *dep.Spec.Replicas)
 		}
 		app := tmpl.Spec.Containers[0]
 		if app.Image != imagebuild.DemoAppTag || app.ImagePullPolicy != corev1.PullNever || len(app.Env) != 1 ||

@@ -448,15 +448,6 @@ func (n *Node) EmptyDir(podUID, volume string) string {
 	return filepath.Join(BaseDir, "kubelet", "pods", podUID, "volumes", "kubernetes.io~empty-dir", volume)
 }
 
-// PodLogs returns the directory of a pod's container logs, where the kubelet keeps them (they stay
-// after the pod is deleted, until the node stops).
-func (n *Node) PodLogs(namespace, pod, uid string) string {
-	return filepath.Join(BaseDir, "pod-logs", namespace+"_"+pod+"_"+uid)
-}
-
-// Logs returns the path of a component's log.
-func (n *Node) Logs(component string) string { return filepath.Join(BaseDir, "logs", component+".log") }
-
 func (n *Node) start(name, bin string, args []string, env ...string) (*process, error) {
 	p, err := startProcess(BaseDir, name, bin, args, env...)
 	if err != nil {

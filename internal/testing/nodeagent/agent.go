@@ -32,6 +32,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testing/localkube"
@@ -93,9 +94,6 @@ func (s *Sidecar) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig)
 // Exited is closed when the process has exited.
 func (s *Sidecar) Exited() <-chan struct{} { return s.exited }
 
-// Err is the process's exit error, once Exited is closed.
-func (s *Sidecar) Err() error { <-s.exited; return s.err }
-
 // New checks cfg and returns an Agent.
 func New(cfg Config) (*Agent, error) {
 	if cfg.Client == nil || cfg.Server == nil || cfg.SidecarBinary == "" || cfg.Dir == "" {
@@ -110,7 +108,7 @@ func New(cfg Config) (*Agent, error) {
 // Run watches injected pods until ctx ends, then stops every sidecar (SIGTERM, then SIGKILL after
 // 15s) and returns.
 func (a *Agent) Run(ctx context.Context) error {
-	selector := labels.SelectorFromSet(labels.Set{inject.LabelInjected: "true"}).String()
+	selector := labels.SelectorFromSet(labels.Set{batonv1.LabelInjected: "true"}).String()
 	lw := toolscache.NewFilteredListWatchFromClient(a.cfg.Client.CoreV1().RESTClient(), "pods", a.namespace(),
 		func(o *metav1.ListOptions) {
 			o.LabelSelector = selector

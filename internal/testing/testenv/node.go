@@ -48,9 +48,6 @@ func (n *Node) Get(t testing.TB) *localnode.Node {
 	return n.node
 }
 
-// Images returns the images imported into the node (Get must have succeeded).
-func (n *Node) Images() imagebuild.Result { return n.images }
-
 // Stop stops the node if it was started and removes what it left on the machine. Call it from
 // TestMain after m.Run.
 func (n *Node) Stop() {

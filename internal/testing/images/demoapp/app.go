@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/testing/fencedstore"
 	"github.com/baton-dev/baton/sidecarclient"
 )
@@ -72,11 +73,6 @@ type Option func(*App)
 
 // WithClock sets the clock of the write loop (default: the real clock).
 func WithClock(c clock.WithTicker) Option { return func(a *App) { a.clock = c } }
-
-// WithHTTPClient sets the HTTP client for the fenced store (default: one with a 5s timeout).
-func WithHTTPClient(hc *http.Client) Option {
-	return func(a *App) { a.store = fencedstore.NewClient(a.cfg.FencedURL, hc) }
-}
 
 // New returns the app for cfg (defaults filled in, then validated), asking the sidecar through
 // sidecar.
@@ -300,7 +296,7 @@ func (a *App) lock(ctx context.Context) (sidecarclient.LockStatus, error) {
 		return sidecarclient.LockStatus{}, err
 	}
 	if len(locks) == 0 {
-		return sidecarclient.LockStatus{}, errors.New("demoapp: the sidecar declares no lock: annotate the pod with baton.dev/lock")
+		return sidecarclient.LockStatus{}, errors.New("demoapp: the sidecar declares no lock: annotate the pod with " + batonv1.AnnotationLock)
 	}
 	return locks[0], nil
 }

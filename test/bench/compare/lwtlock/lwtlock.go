@@ -10,6 +10,8 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/go-logr/logr"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
 )
 
 // Defaults of the options.
@@ -31,7 +33,8 @@ var (
 	ErrAbandoned = errors.New("lwtlock: abandoned")
 )
 
-var keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
+// keyspaceName is the rule baton's own store applies: the keyspace is written into CQL unquoted.
+var keyspaceName = regexp.MustCompile(batonv1.KeyspacePattern)
 
 // EnsureSchema creates the lock table in keyspace, which must exist.
 func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace string) error {

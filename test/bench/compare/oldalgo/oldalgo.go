@@ -12,6 +12,8 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/go-logr/logr"
+
+	batonv1 "github.com/baton-dev/baton/api/v1"
 )
 
 // Outcome is the result of one TryLock attempt (the old algorithm's three states).
@@ -53,7 +55,8 @@ const DefaultLease = 3 * time.Minute
 // ErrInvalid is returned by New for unusable arguments.
 var ErrInvalid = errors.New("oldalgo: invalid argument")
 
-var keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
+// keyspaceName is the rule baton's own store applies: the keyspace is written into CQL unquoted.
+var keyspaceName = regexp.MustCompile(batonv1.KeyspacePattern)
 
 // EnsureSchema creates the main and shadow tables in keyspace, which must exist.
 func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace string) error {

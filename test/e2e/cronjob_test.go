@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/testing/images/demoapp"
-	"github.com/baton-dev/baton/internal/testing/fencedstore"
 	"github.com/baton-dev/baton/internal/build/imagebuild"
+	"github.com/baton-dev/baton/internal/testing/fencedstore"
+	"github.com/baton-dev/baton/internal/testing/images/demoapp"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 )
 

@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
-	"github.com/baton-dev/baton/internal/testing/images/demoapp"
 	"github.com/baton-dev/baton/internal/build/imagebuild"
+	"github.com/baton-dev/baton/internal/testing/images/demoapp"
 	"github.com/baton-dev/baton/internal/testing/localkube"
 	"github.com/baton-dev/baton/internal/testing/localnode"
 )

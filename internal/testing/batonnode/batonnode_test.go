@@ -9,9 +9,9 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/internal/build/imagebuild"
 	"github.com/baton-dev/baton/internal/testing/batonnode"
 	"github.com/baton-dev/baton/internal/testing/images/demoapp"
-	"github.com/baton-dev/baton/internal/build/imagebuild"
 )
 
 // TestWorkloadIsTheRecommendedOne: the objects the end-to-end tests and the demo create are the

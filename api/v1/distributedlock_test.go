@@ -25,6 +25,7 @@ import (
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -390,6 +391,7 @@ func TestCRDAgreesWithConstants(t *testing.T) {
 	check("lockIds items maxLength", items["maxLength"], batonv1.MaxLockIDLength)
 	check("lockIds items pattern", items["pattern"], batonv1.LockIDPattern)
 	check("cassandra keyspace pattern", cassandra["keyspace"].(map[string]any)["pattern"], batonv1.KeyspacePattern)
+	check("the lock store's keyspace pattern", cassandrastore.KeyspacePattern, batonv1.KeyspacePattern)
 	check("leaseDuration default", lease["default"], batonv1.DefaultLeaseDuration)
 	for _, c := range []struct {
 		name string

@@ -44,7 +44,12 @@ var ErrSchema = errors.New("cassandrastore: schema")
 // schema version cannot be read yet: worth waiting for whoever runs EnsureSchema.
 var ErrSchemaMissing = fmt.Errorf("%w not created yet", ErrSchema)
 
-var keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
+// KeyspacePattern is what a keyspace of baton may be called: a letter, then up to 47 letters,
+// digits or underscores (Cassandra's own limit is 48 characters). The store writes the name into
+// CQL, so nothing else is accepted. api/v1's KeyspacePattern is the same rule (its tests say so).
+const KeyspacePattern = `^[a-zA-Z][a-zA-Z0-9_]{0,47}$`
+
+var keyspaceName = regexp.MustCompile(KeyspacePattern)
 
 func validateKeyspace(ks string) error {
 	if !keyspaceName.MatchString(ks) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/baton-dev/baton/internal/testing/localkube"
 )
@@ -59,6 +61,10 @@ func (k *Kube) Config(t testing.TB) *rest.Config {
 // start builds (normally a cache hit: make test runs make install-deps first) and then starts the
 // control plane, each step with a bound of its own, so that a build never eats into the start.
 func (k *Kube) start() (*rest.Config, error) {
+	// envtest and controller-runtime's clients log through controller-runtime's global logger.
+	// Without one, their first log line 30 s or more into the binary's run prints a stack trace
+	// ("log.SetLogger(...) was never called"). This is a no-op where TestMain set a logger first.
+	ctrllog.SetLogger(logr.Discard())
 	cfg := localkube.Config{Progress: os.Stderr}
 	ictx, cancel := context.WithTimeout(context.Background(), InstallTimeout)
 	defer cancel()

@@ -3,15 +3,18 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testing/fakesidecar"
 	"github.com/baton-dev/baton/internal/testing/fencedstore"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/sidecarclient"
@@ -104,4 +107,133 @@ func lookTool(t *testing.T, name string) string {
 		t.Skipf("%s not found (%v): install it to run its example", name, err)
 	}
 	return path
+}
+
+// TestBlockingExampleExitsOnLost runs examples/go-blocking, the Blocking-mode worker that exits
+// when its pod stops holding the lock, as a process against the fake sidecar
+// (internal/testing/fakesidecar: the sidecar's real API handler and server on a unix socket,
+// answering with lock states and events the test sets; no Cassandra). It waits while the lock is
+// not held, works with the token of the grant once it is, and exits 75 at once on each sign of the
+// loss: a lost event, a state read that no longer shows its grant, the end of the event stream
+// (issue 25, item 5). SIGTERM stops it with 0.
+func TestBlockingExampleExitsOnLost(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "go-blocking")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/go-blocking").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/go-blocking: %v\n%s", err, out)
+	}
+	const bound = time.Second // from the sign of the loss to the process's exit
+	status := func(state sidecarclient.State, token int64) sidecarclient.LockStatus {
+		return sidecarclient.LockStatus{LockID: "orders", State: state, Token: token}
+	}
+
+	t.Run("lost event", func(t *testing.T) {
+		f := &fakesidecar.Service{T: t, Events: true}
+		f.SetLocks(status(sidecarclient.StateWaiting, 0))
+		w := startBlockingExample(t, bin, fakesidecar.Serve(t, f), "EXAMPLE_CHECK=1m")
+		f.WaitSubscribed(1)
+		testenv.WaitFor(t, "the worker to say it waits", 10*time.Second, func() bool { return strings.Contains(w.stderr.String(), "waiting for lock orders") })
+		f.SetLocks(status(sidecarclient.StateHeld, 8))
+		f.Push(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: "orders", Token: 8})
+		w.waitWorking(t, 8)
+		// The state still says held: only the event can make it stop.
+		f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 8, Reason: "lease expired"})
+		w.wantExit(t, bound, 75, "event lost of lock orders, token 8")
+	})
+
+	t.Run("state read", func(t *testing.T) {
+		f := &fakesidecar.Service{T: t, Events: true}
+		f.SetLocks(status(sidecarclient.StateHeld, 9)) // held at start, as the startup probe lets the app start
+		const check = 200 * time.Millisecond
+		w := startBlockingExample(t, bin, fakesidecar.Serve(t, f), "EXAMPLE_CHECK="+check.String())
+		w.waitWorking(t, 9)
+		f.SetLocks(status(sidecarclient.StateWaiting, 0)) // no event: a sidecar that missed telling it
+		w.wantExit(t, check+bound, 75, "not held with token 9")
+	})
+
+	t.Run("stream end", func(t *testing.T) {
+		f := &fakesidecar.Service{T: t, Events: true}
+		f.SetLocks(status(sidecarclient.StateHeld, 10))
+		w := startBlockingExample(t, bin, fakesidecar.Serve(t, f), "EXAMPLE_CHECK=1m")
+		w.waitWorking(t, 10)
+		f.WaitSubscribed(1)
+		f.EndStream()
+		w.wantExit(t, bound, 75, "ended its event stream")
+	})
+
+	t.Run("SIGTERM", func(t *testing.T) {
+		f := &fakesidecar.Service{T: t, Events: true}
+		f.SetLocks(status(sidecarclient.StateHeld, 11))
+		w := startBlockingExample(t, bin, fakesidecar.Serve(t, f), "EXAMPLE_CHECK=1m")
+		w.waitWorking(t, 11)
+		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		w.wantExit(t, bound, 0, "")
+	})
+}
+
+// blockingExample is a running examples/go-blocking process.
+type blockingExample struct {
+	cmd            *exec.Cmd
+	stdout, stderr *testenv.SyncBuffer
+	exited         chan error
+}
+
+// startBlockingExample starts bin on socket with the lock orders; the process is killed when the
+// test ends.
+func startBlockingExample(t *testing.T, bin, socket string, env ...string) *blockingExample {
+	t.Helper()
+	w := &blockingExample{cmd: exec.Command(bin), stdout: &testenv.SyncBuffer{}, stderr: &testenv.SyncBuffer{}, exited: make(chan error, 1)}
+	w.cmd.Env = append(append(os.Environ(), "BATON_SOCKET="+socket, "BATON_LOCKS=orders", "EXAMPLE_WORK=50ms"), env...)
+	w.cmd.Stdout, w.cmd.Stderr = w.stdout, w.stderr
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.exited <- w.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = w.cmd.Process.Kill()
+		<-w.exited
+		if t.Failed() {
+			t.Logf("worker stdout:\n%s\nworker stderr:\n%s", w.stdout.String(), w.stderr.String())
+		}
+	})
+	return w
+}
+
+// waitWorking waits for the worker's first unit of work and checks it used token.
+func (w *blockingExample) waitWorking(t *testing.T, token int64) {
+	t.Helper()
+	testenv.WaitFor(t, fmt.Sprintf("the worker to work with token %d", token), 10*time.Second, func() bool { return w.stdout.String() != "" })
+	first, _, _ := strings.Cut(w.stdout.String(), "\n")
+	var unit struct {
+		Lock  string `json:"lock"`
+		Token int64  `json:"token"`
+		Unit  int    `json:"unit"`
+	}
+	if err := json.Unmarshal([]byte(first), &unit); err != nil || unit.Lock != "orders" || unit.Token != token || unit.Unit != 1 {
+		t.Fatalf("the worker's first unit of work: %q (%v); want lock orders, token %d, unit 1", first, err, token)
+	}
+}
+
+// wantExit checks that the worker exits with code within bound, saying what (when not "") on stderr.
+func (w *blockingExample) wantExit(t *testing.T, bound time.Duration, code int, what string) {
+	t.Helper()
+	start := time.Now()
+	select {
+	case err := <-w.exited:
+		w.exited <- err // for the cleanup
+		got := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			got = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("worker: %v", err)
+		}
+		t.Logf("worker exited %d after %v: %s", got, time.Since(start).Round(time.Millisecond), strings.TrimSpace(w.stderr.String()))
+		if got != code || !strings.Contains(w.stderr.String(), what) {
+			t.Fatalf("worker exited %d saying %q; want %d and a message containing %q", got, w.stderr.String(), code, what)
+		}
+	case <-time.After(bound):
+		t.Fatalf("worker still running %v after the loss was signalled", bound)
+	}
 }

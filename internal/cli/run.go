@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/baton-dev/baton/internal/cassandraflags"
+	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -220,7 +221,7 @@ func (p *program) runSidecar(ctx context.Context, o runOptions) (int, error) {
 // is an error, with the exit code in code.
 func (p *program) acquireThroughSidecar(ctx context.Context, c *sidecarclient.Client, st *stream, o runOptions,
 	id string) (status sidecarclient.LockStatus, acquired bool, code int, err error) {
-	status, err = c.Acquire(ctx, id, o.wait)
+	status, err = acquireWithin(ctx, c, id, o.wait)
 	var ae *sidecarclient.Error
 	switch {
 	case err == nil && status.Granted():
@@ -262,6 +263,22 @@ func (p *program) acquireThroughSidecar(ctx context.Context, c *sidecarclient.Cl
 		return status, false, ExitFailure, context.Cause(ctx)
 	default:
 		return status, false, ExitFailure, sidecarError(o.socket, err)
+	}
+}
+
+// acquireWithin asks the sidecar for lock id, waiting up to wait in all. The sidecar takes at
+// most sidecarapi.DefaultMaxWait (10m) per request, so a longer wait asks again each time one
+// ends with the lock taken (ErrLocked), until wait is used up. Each new request queues at the
+// back: a Try-mode wait longer than 10m does not keep its place in the queue. In Blocking mode
+// the first answer is ErrNotTryMode, whatever the wait.
+func acquireWithin(ctx context.Context, c *sidecarclient.Client, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ask := min(wait, sidecarapi.DefaultMaxWait)
+		status, err := c.Acquire(ctx, id, ask)
+		if wait = time.Until(deadline); ask == 0 || wait <= 0 || !errors.Is(err, sidecarclient.ErrLocked) {
+			return status, err
+		}
 	}
 }
 

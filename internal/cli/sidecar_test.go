@@ -274,6 +274,45 @@ func TestRunTryModeAcquiresAndReleases(t *testing.T) {
 	}
 }
 
+// TestRunWaitsLongerThanOneAcquire runs baton run with a --wait beyond the longest wait the
+// sidecar accepts in one acquire request (10m, sidecarapi.DefaultMaxWait), as a worker under
+// baton run in an app image does while its pod waits for its turn: in Blocking mode it waits for
+// the sidecar's grant, in Try mode it asks again while --wait lasts.
+func TestRunWaitsLongerThanOneAcquire(t *testing.T) {
+	t.Run("Blocking", func(t *testing.T) {
+		f := &fakesidecar.Service{T: t, Events: true, OnAcquire: notTryMode}
+		f.StaticLocks(heldOrders)
+		inv := runCLI(t, &invocation{args: []string{"run", "--socket", fakesidecar.Serve(t, f), "--wait", "8760h", "--",
+			"sh", "-c", `echo "$BATON_TOKEN"`}})
+		if inv.code != 0 || inv.stdout.String() != "7\n" {
+			t.Fatalf("exit %d, child printed %q; want 0 and 7; stderr: %s", inv.code, inv.stdout.String(), inv.stderr.String())
+		}
+	})
+	t.Run("Try", func(t *testing.T) {
+		f := &fakesidecar.Service{T: t, Events: true}
+		f.StaticLocks(idleReport)
+		var waits []time.Duration
+		f.OnAcquire = func(_ context.Context, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
+			waits = append(waits, wait)
+			if len(waits) == 1 { // as at the end of a wait the lock stayed taken
+				return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateWaiting, Holder: "shop/report-2"}, sidecarclient.ErrLocked
+			}
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateHeld, Token: 9}, nil
+		}
+		f.OnRelease = func(_ context.Context, id string, _ int64) (sidecarclient.LockStatus, error) {
+			return sidecarclient.LockStatus{LockID: id, State: sidecarclient.StateIdle}, nil
+		}
+		inv := runCLI(t, &invocation{args: []string{"run", "--socket", fakesidecar.Serve(t, f), "--lock", "report", "--wait", "24h", "--",
+			"sh", "-c", `echo "$BATON_TOKEN"`}})
+		if inv.code != 0 || inv.stdout.String() != "9\n" {
+			t.Fatalf("exit %d, child printed %q; want 0 and 9; stderr: %s", inv.code, inv.stdout.String(), inv.stderr.String())
+		}
+		if want := []time.Duration{10 * time.Minute, 10 * time.Minute}; !slices.Equal(waits, want) {
+			t.Errorf("acquire waits %v, want %v", waits, want)
+		}
+	})
+}
+
 func TestRunTryModeLocked(t *testing.T) {
 	f := &fakesidecar.Service{T: t, Events: true}
 	f.OnAcquire = func(_ context.Context, id string, _ time.Duration) (sidecarclient.LockStatus, error) {

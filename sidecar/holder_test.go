@@ -139,6 +139,12 @@ func TestHolderLossRequeues(t *testing.T) {
 		if a.Ready() {
 			t.Fatal("a is ready after losing its lock")
 		}
+		// Started (GET /startupz) stays true, and nothing in the sidecar restarts or stops the
+		// app: after a loss it only reports not ready and queues again (docs/concepts-and-safety.md,
+		// "What the annotation alone does").
+		if !a.Started() {
+			t.Fatal("a counts as not started after losing its lock")
+		}
 		time.Sleep(5 * time.Second)
 		st, _ := b.Lock("orders")
 		if st.State != sidecarclient.StateHeld || st.Token <= first.Token {

@@ -8,7 +8,7 @@
 // It subscribes to the sidecar's event stream first, then waits (for ever, until SIGTERM) until
 // the sidecar holds the lock with a fencing token, and works with that token. It exits 75 (and
 // says why on stderr) on the first of: a lost or released event for its lock, an acquired event
-// with another token, the end of the event stream (the sidecar restarted or is shutting down),
+// with another token (events of earlier grants are ignored), the end of the event stream (the sidecar restarted or is shutting down),
 // or a state read (every EXAMPLE_CHECK) that does not show the lock held with its token or that
 // the sidecar does not answer within EXAMPLE_CHECK. It exits 0 on SIGTERM or SIGINT.
 //
@@ -149,7 +149,7 @@ func watch(ctx context.Context, client *sidecarclient.Client, events <-chan side
 			case !ok:
 				lost <- fmt.Errorf("%w: the sidecar ended its event stream (it restarted or is shutting down)", errLost)
 				return
-			case ev.LockID != cfg.lockID:
+			case ev.LockID != cfg.lockID, ev.Token != 0 && ev.Token < token: // another lock, an earlier grant
 			case ev.Type == sidecarclient.EventLost, ev.Type == sidecarclient.EventReleased,
 				ev.Type == sidecarclient.EventAcquired && ev.Token != token:
 				lost <- fmt.Errorf("%w: event %s of lock %s, token %d (%s)", errLost, ev.Type, ev.LockID, ev.Token, ev.Reason)

@@ -135,7 +135,10 @@ func TestBlockingExampleExitsOnLost(t *testing.T) {
 		f.SetLocks(status(sidecarclient.StateHeld, 8))
 		f.Push(sidecarclient.Event{Type: sidecarclient.EventAcquired, LockID: "orders", Token: 8})
 		w.waitWorking(t, 8)
-		// The state still says held: only the event can make it stop.
+		// The state still says held: only the event can make it stop. Events of another lock and of
+		// an earlier grant come first and must not.
+		f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "billing", Token: 8})
+		f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 6})
 		f.Push(sidecarclient.Event{Type: sidecarclient.EventLost, LockID: "orders", Token: 8, Reason: "lease expired"})
 		w.wantExit(t, bound, 75, "event lost of lock orders, token 8")
 	})

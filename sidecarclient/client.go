@@ -17,6 +17,10 @@ import (
 // maxEventLine bounds one line of the event stream a Client accepts.
 const maxEventLine = 1 << 20
 
+// MaxWait is the longest wait the sidecar accepts in one acquire or yield request (it answers a
+// longer one 400 bad_request); to wait longer, ask again.
+const MaxWait = 10 * time.Minute
+
 // Client talks to a sidecar's API, for the baton CLI, apps written in Go, and tests. It is safe
 // for concurrent use. Methods that fail because of the server's answer return *Error.
 type Client struct {

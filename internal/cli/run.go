@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/baton-dev/baton/internal/cassandraflags"
-	"github.com/baton-dev/baton/internal/sidecarapi"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/cassandrastore"
@@ -267,14 +266,14 @@ func (p *program) acquireThroughSidecar(ctx context.Context, c *sidecarclient.Cl
 }
 
 // acquireWithin asks the sidecar for lock id, waiting up to wait in all. The sidecar takes at
-// most sidecarapi.DefaultMaxWait (10m) per request, so a longer wait asks again each time one
+// most sidecarclient.MaxWait (10m) per request, so a longer wait asks again each time one
 // ends with the lock taken (ErrLocked), until wait is used up. Each new request queues at the
 // back: a Try-mode wait longer than 10m does not keep its place in the queue. In Blocking mode
 // the first answer is ErrNotTryMode, whatever the wait.
 func acquireWithin(ctx context.Context, c *sidecarclient.Client, id string, wait time.Duration) (sidecarclient.LockStatus, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		ask := min(wait, sidecarapi.DefaultMaxWait)
+		ask := min(wait, sidecarclient.MaxWait)
 		status, err := c.Acquire(ctx, id, ask)
 		if wait = time.Until(deadline); ask == 0 || wait <= 0 || !errors.Is(err, sidecarclient.ErrLocked) {
 			return status, err

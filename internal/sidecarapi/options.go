@@ -5,14 +5,17 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/baton-dev/baton/sidecarclient"
 )
 
 // Defaults of the handler options.
 const (
 	// DefaultKeepAlive is how often the event stream sends a keep-alive comment.
 	DefaultKeepAlive = 15 * time.Second
-	// DefaultMaxWait is the longest wait an acquire request may ask for.
-	DefaultMaxWait = 10 * time.Minute
+	// DefaultMaxWait is the longest wait an acquire request may ask for: the clients' contract,
+	// sidecarclient.MaxWait.
+	DefaultMaxWait = sidecarclient.MaxWait
 )
 
 // Option configures NewHandler.

@@ -142,9 +142,9 @@ func (p *program) dispatch(ctx context.Context, args []string) (int, error) {
 		}
 		usage(p.stdout, topic)
 		return ExitOK, nil
-	case "status", "wait", "run", "yield":
+	case "status", "wait", "run", "yield", "schema":
 		run := map[string]func(context.Context, []string) (int, error){
-			"status": p.status, "wait": p.wait, "run": p.run, "yield": p.yield}[cmd]
+			"status": p.status, "wait": p.wait, "run": p.run, "yield": p.yield, "schema": p.schema}[cmd]
 		code, err := run(ctx, rest)
 		if errors.Is(err, errHelp) {
 			usage(p.stdout, cmd)
@@ -195,6 +195,7 @@ Usage:
   baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
                [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
   baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
+  baton schema --replication DC:RF[,DC:RF...] [--keyspace baton] [--role NAME]
   baton help [COMMAND]
 
 In a pod annotated with ` + batonv1.AnnotationLock + `, status, wait, run and yield talk to the baton sidecar over its
@@ -226,7 +227,8 @@ Flags:
   --lock ID         the lock to wait for; may be repeated (default: every declared lock)
   --timeout DUR     how long to wait, e.g. 30s or 5m; 0 checks once (default 5m)
 `,
-	"run": runUsage(),
+	"run":    runUsage(),
+	"schema": schemaUsage,
 	"yield": `Usage: baton yield [--socket PATH] [--lock ID] [--wait DUR] [--token N]
 
 Steps down: the sidecar releases the lock and queues again behind the pods waiting for it, so the

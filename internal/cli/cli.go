@@ -142,10 +142,17 @@ func (p *program) dispatch(ctx context.Context, args []string) (int, error) {
 		}
 		usage(p.stdout, topic)
 		return ExitOK, nil
-	case "status", "wait", "run", "yield", "schema":
+	case "status", "wait", "run", "yield":
 		run := map[string]func(context.Context, []string) (int, error){
-			"status": p.status, "wait": p.wait, "run": p.run, "yield": p.yield, "schema": p.schema}[cmd]
+			"status": p.status, "wait": p.wait, "run": p.run, "yield": p.yield}[cmd]
 		code, err := run(ctx, rest)
+		if errors.Is(err, errHelp) {
+			usage(p.stdout, cmd)
+			return ExitOK, nil
+		}
+		return code, err
+	case "schema":
+		code, err := p.schema(ctx, rest)
 		if errors.Is(err, errHelp) {
 			usage(p.stdout, cmd)
 			return ExitOK, nil
@@ -194,8 +201,8 @@ Usage:
   baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
   baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
                [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
-  baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
   baton schema --replication DC:RF[,DC:RF...] [--keyspace baton] [--role NAME]
+  baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
   baton help [COMMAND]
 
 In a pod annotated with ` + batonv1.AnnotationLock + `, status, wait, run and yield talk to the baton sidecar over its
@@ -208,6 +215,7 @@ lock (yield: not granted again within --wait); otherwise run exits with CMD's co
 `
 
 var commandUsage = map[string]string{
+	"schema": schemaUsage,
 	"status": `Usage: baton status [--socket PATH] [--json]
 
 Prints the locks of this pod's sidecar: LOCK, STATE, TOKEN, HOLDER, POSITION (in the queue, while
@@ -227,8 +235,7 @@ Flags:
   --lock ID         the lock to wait for; may be repeated (default: every declared lock)
   --timeout DUR     how long to wait, e.g. 30s or 5m; 0 checks once (default 5m)
 `,
-	"run":    runUsage(),
-	"schema": schemaUsage,
+	"run": runUsage(),
 	"yield": `Usage: baton yield [--socket PATH] [--lock ID] [--wait DUR] [--token N]
 
 Steps down: the sidecar releases the lock and queues again behind the pods waiting for it, so the

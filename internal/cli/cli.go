@@ -151,6 +151,13 @@ func (p *program) dispatch(ctx context.Context, args []string) (int, error) {
 			return ExitOK, nil
 		}
 		return code, err
+	case "schema":
+		code, err := p.schema(ctx, rest)
+		if errors.Is(err, errHelp) {
+			usage(p.stdout, cmd)
+			return ExitOK, nil
+		}
+		return code, err
 	default:
 		if strings.HasPrefix(cmd, "-") {
 			return 0, usagef("", "flag %s before the command: write baton COMMAND [flags], e.g. baton status --json", cmd)
@@ -194,6 +201,7 @@ Usage:
   baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
   baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
                [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
+  baton schema --replication DC:RF[,DC:RF...] [--keyspace baton] [--role NAME]
   baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
   baton help [COMMAND]
 
@@ -207,6 +215,7 @@ lock (yield: not granted again within --wait); otherwise run exits with CMD's co
 `
 
 var commandUsage = map[string]string{
+	"schema": schemaUsage,
 	"status": `Usage: baton status [--socket PATH] [--json]
 
 Prints the locks of this pod's sidecar: LOCK, STATE, TOKEN, HOLDER, POSITION (in the queue, while

@@ -95,7 +95,10 @@ type Options struct {
 
 	EnsureSchema      bool
 	SchemaReplication string
-	StatusInterval    time.Duration
+	// AllowSingleReplica accepts a SchemaReplication that keeps one copy of each lock somewhere
+	// (a one-node development Cassandra); without it, such a replication is refused.
+	AllowSingleReplica bool
+	StatusInterval     time.Duration
 	// MaxConcurrentReconciles is how many DistributedLocks are reconciled at once.
 	MaxConcurrentReconciles int
 	LogVerbosity            int
@@ -128,7 +131,8 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.StringVar(&o.WebhookConfiguration, "webhook-configuration", "baton-inject", "MutatingWebhookConfiguration whose caBundle the operator maintains")
 	fs.StringVar(&o.Inject.Image, "sidecar-image", "", "sidecar image (required), e.g. ghcr.io/baton-dev/baton:v0.1.0")
 	fs.BoolVar(&o.EnsureSchema, "ensure-schema", true, "create the lock keyspace and tables when the operator first uses a connection")
-	fs.StringVar(&o.SchemaReplication, "schema-replication", DefaultSchemaReplication, "CQL replication map of a keyspace the operator creates (the default needs Cassandra >= 4.0 and 3 nodes per data centre; one node for development: {'class': 'SimpleStrategy', 'replication_factor': 1})")
+	fs.StringVar(&o.SchemaReplication, "schema-replication", DefaultSchemaReplication, "CQL replication map of a keyspace the operator creates (the default needs Cassandra >= 4.0 and 3 nodes per data centre; one node for development: {'class': 'SimpleStrategy', 'replication_factor': 1} with --allow-single-replica)")
+	fs.BoolVar(&o.AllowSingleReplica, "allow-single-replica", false, "accept a --schema-replication that keeps 1 copy of each lock (replication factor 1, of SimpleStrategy or of a data centre): a lost node stops the locks, a lost disk loses their fencing tokens; only for a one-node development Cassandra")
 	fs.BoolVar(&o.AllowAnonymousCassandra, "allow-anonymous-cassandra", false, "accept DistributedLocks that bring no Cassandra credentials and, without its own, connect without any: only for a Cassandra without authentication, in development")
 	fs.Var(listFlag{&o.CassandraAllowedHosts}, "cassandra-allowed-hosts", `contact points a DistributedLock's spec.cassandra.contactPoints may name, host[:port],... ("*": any; default: --cassandra-hosts); the operator sends credentials nowhere else`)
 	fs.Var(listFlag{&o.OperatorKeyspaces}, "operator-keyspaces", "keyspaces where the operator uses its own Cassandra credentials on its default contact points and may create the schema, comma-separated (default: --cassandra-keyspace)")
@@ -257,6 +261,10 @@ func (o Options) Validate() error {
 	}
 	if strings.TrimSpace(o.SchemaReplication) == "" {
 		bad("--schema-replication is empty: give a CQL replication map such as %s", DefaultSchemaReplication)
+	} else if o.EnsureSchema {
+		if err := checkSchemaReplication(o.SchemaReplication, o.AllowSingleReplica); err != nil {
+			bad("%w", err)
+		}
 	}
 	if o.LogVerbosity < 0 {
 		bad("--log-verbosity=%d: want 0 or more", o.LogVerbosity)

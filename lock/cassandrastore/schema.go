@@ -58,6 +58,35 @@ func validateKeyspace(ks string) error {
 	return nil
 }
 
+// SchemaStatements returns the CQL statements EnsureSchema executes, in order, to create keyspace
+// (with the CQL replication map replication) and baton's tables: the one source of the schema for
+// EnsureSchema and for whoever prints it for a DBA (baton schema). SchemaVersionStatement is the
+// statement that records the version afterwards. Each statement is a single CQL statement without
+// a trailing semicolon. It checks the keyspace name (KeyspacePattern) but not the replication map,
+// which goes into the CQL as given: the caller must build it from checked parts. What it does not
+// include: the upgrades of tables made by earlier releases (EnsureSchema makes them after these
+// statements; on a new keyspace they change nothing).
+func SchemaStatements(keyspace, replication string) ([]string, error) {
+	if err := validateKeyspace(keyspace); err != nil {
+		return nil, err
+	}
+	return schemaStatements(keyspace, replication), nil
+}
+
+// SchemaVersionStatement returns the lightweight transaction that records SchemaVersion in
+// keyspace's schema_version table if no version is recorded there yet. EnsureSchema executes it
+// last; it leaves a recorded version alone (EnsureSchema then refuses a newer one).
+func SchemaVersionStatement(keyspace string) (string, error) {
+	if err := validateKeyspace(keyspace); err != nil {
+		return "", err
+	}
+	return schemaVersionStatement(keyspace), nil
+}
+
+func schemaVersionStatement(ks string) string {
+	return fmt.Sprintf(`INSERT INTO %s.schema_version (component, version) VALUES ('lock', %d) IF NOT EXISTS`, ks, SchemaVersion)
+}
+
 func schemaStatements(ks, replication string) []string {
 	return []string{
 		fmt.Sprintf(`CREATE KEYSPACE IF NOT EXISTS %s WITH replication = %s`, ks, replication),
@@ -121,9 +150,8 @@ func EnsureSchema(ctx context.Context, session *gocql.Session, keyspace, replica
 		return err
 	}
 	var existing int
-	applied, err := session.Query(
-		fmt.Sprintf(`INSERT INTO %s.schema_version (component, version) VALUES ('lock', ?) IF NOT EXISTS`, keyspace),
-		SchemaVersion).SerialConsistency(gocql.Serial).ScanCASContext(ctx, nil, &existing)
+	applied, err := session.Query(schemaVersionStatement(keyspace)).
+		SerialConsistency(gocql.Serial).ScanCASContext(ctx, nil, &existing)
 	if err != nil {
 		return fmt.Errorf("cassandrastore: recording schema version: %w", err)
 	}

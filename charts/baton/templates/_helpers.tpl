@@ -86,6 +86,32 @@ markers) that `make manifests` puts there.
 {{- if and .Values.metrics.certSecret (not .Values.metrics.secure) }}
 {{- fail (printf "metrics.certSecret %s needs metrics.secure: true (plain HTTP serves no certificate)" .Values.metrics.certSecret) }}
 {{- end }}
+{{- if and .Values.cassandra.ensureSchema (not .Values.cassandra.allowSingleReplica) }}
+{{- $single := include "baton.singleCopyEntries" .Values.cassandra.schemaReplication }}
+{{- if $single }}
+{{- fail (printf "cassandra.schemaReplication %s keeps only 1 copy of each lock (replication factor 1 at: %s): a lost or restarting node stops the locks and a lost disk loses their fencing tokens; give 3 replicas per data centre, e.g. {'class': 'NetworkTopologyStrategy', 'replication_factor': 3}, or set cassandra.allowSingleReplica=true for a one-node development Cassandra (or cassandra.ensureSchema=false when the keyspace is made beforehand, e.g. with baton schema)" .Values.cassandra.schemaReplication $single) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The entries of a CQL replication map (a string) that keep exactly 1 full copy: 'replication_factor': 1,
+'dc1': '1', 'dc1': '2/1' (2 replicas, 1 transient). Comma-separated names; empty when none. The
+operator's --schema-replication check (internal/operator/replication.go) reads the map the same way. */}}
+{{- define "baton.singleCopyEntries" -}}
+{{- $names := list }}
+{{- range regexFindAll "'[^']*'\\s*:\\s*'?\\s*[0-9]+(\\s*/\\s*[0-9]+)?" . -1 }}
+{{- $name := regexReplaceAll "^'([^']*)'.*$" . "${1}" }}
+{{- $num := regexReplaceAll "\\s" (regexReplaceAll "^'[^']*'\\s*:\\s*'?" . "") "" }}
+{{- $parts := splitList "/" $num }}
+{{- $full := atoi (index $parts 0) }}
+{{- if eq (len $parts) 2 }}
+{{- $full = sub $full (atoi (index $parts 1)) }}
+{{- end }}
+{{- if eq (int $full) 1 }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- end }}
+{{- join ", " $names }}
 {{- end }}
 
 {{/* One operator flag as a list item: (list "name" value) gives - "--name=value". */}}

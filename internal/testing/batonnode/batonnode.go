@@ -122,6 +122,7 @@ func Install(ctx context.Context, c Chart) ([]byte, error) {
 		// The local Cassandra runs without authentication, on one node.
 		"--set", "cassandra.allowAnonymous=true",
 		"--set-json", `cassandra.schemaReplication="{'class': 'SimpleStrategy', 'replication_factor': 1}"`,
+		"--set", "cassandra.allowSingleReplica=true",
 		"--wait", "--timeout", timeout.String()}
 	if len(c.GlobalNamespaces) > 0 {
 		args = append(args, "--set", "globalNamespaces={"+strings.Join(c.GlobalNamespaces, ",")+"}")

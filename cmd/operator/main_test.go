@@ -17,7 +17,14 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "operator")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	// The commit as a release build states it (-X): this machine's go env may turn VCS stamping
+	// off (GOFLAGS=-buildvcs=false), and a git worktree is not stamped anyway. TestVersion fails
+	// when git cannot tell it.
+	var ldflags string
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		ldflags = "-X github.com/baton-dev/baton/internal/version.commit=" + strings.TrimSpace(string(head))
+	}
+	if out, err := exec.Command("go", "build", "-ldflags", ldflags, "-o", binary, ".").CombinedOutput(); err != nil {
 		os.Stderr.Write(out)
 		panic(err)
 	}
@@ -83,5 +90,21 @@ func TestNoClusterIsAClearError(t *testing.T) {
 		"--sidecar-image=ghcr.io/baton-dev/baton:v0.1.0")
 	if code != 1 || !strings.Contains(out, "Kubernetes") {
 		t.Errorf("exit %d, want 1 with a message about the Kubernetes configuration:\n%s", code, out)
+	}
+}
+
+// TestVersion: --version (and -version) prints the version and the commit the binary was built
+// from (set with -X by TestMain, as a release build does) and exits 0 before the operator checks
+// its settings or looks for a cluster.
+func TestVersion(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD (the test builds from this checkout): %v", err)
+	}
+	for _, flag := range []string{"--version", "-version"} {
+		out, code := run(t, nil, flag)
+		if code != 0 || !strings.HasPrefix(out, "baton-operator ") || !strings.Contains(out, "commit "+strings.TrimSpace(string(head))) {
+			t.Errorf("operator %s: exit %d, output %q; want baton-operator VERSION commit %s", flag, code, out, strings.TrimSpace(string(head)))
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no command", nil, nil, "Usage:"},
-		{"unknown command", []string{"frob"}, nil, `unknown command "frob": the commands are status, wait and run`},
+		{"unknown command", []string{"frob"}, nil, `unknown command "frob": the commands are run, status, version, wait and yield`},
 		{"flag before command", []string{"--json", "status"}, nil, "flag --json before the command"},
 		{"unknown flag", []string{"status", "--color"}, nil, "flag provided but not defined: --color"},
 		{"status argument", []string{"status", "extra"}, nil, `unexpected argument "extra"`},
@@ -133,5 +134,45 @@ func TestHelp(t *testing.T) {
 		if inv.code != 0 || !strings.Contains(inv.stdout.String(), "Usage") || inv.stderr.String() != "" {
 			t.Errorf("baton %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), inv.code, inv.stdout.String(), inv.stderr.String())
 		}
+	}
+}
+
+// TestEveryCommandIsListed: every command of the overview's Usage lines has its own help, and the
+// messages that list the commands (an unknown command, help on an unknown topic) name all of them.
+func TestEveryCommandIsListed(t *testing.T) {
+	overview := runCLI(t, &invocation{args: []string{"help"}}).stdout.String()
+	var commands []string
+	for _, m := range regexp.MustCompile(`(?m)^  baton ([a-z]+)`).FindAllStringSubmatch(overview, -1) {
+		if c := m[1]; c != "help" && !slices.Contains(commands, c) {
+			commands = append(commands, c)
+		}
+	}
+	if !slices.Contains(commands, "version") || !slices.Contains(commands, "yield") {
+		t.Errorf("baton help lists the commands %v; want version and yield among them", commands)
+	}
+	unknown := runCLI(t, &invocation{args: []string{"frob"}}).stderr.String()
+	noTopic := runCLI(t, &invocation{args: []string{"help", "frob"}}).stderr.String()
+	for _, c := range commands {
+		if inv := runCLI(t, &invocation{args: []string{"help", c}}); inv.code != 0 || !strings.Contains(inv.stdout.String(), "Usage: baton "+c) {
+			t.Errorf("baton help %s: exit %d, stdout %q", c, inv.code, inv.stdout.String())
+		}
+		for what, msg := range map[string]string{"unknown command": unknown, "help on an unknown topic": noTopic} {
+			if !regexp.MustCompile(`\b` + c + `\b`).MatchString(msg) {
+				t.Errorf("the message on %s does not name %s: %q", what, c, msg)
+			}
+		}
+	}
+}
+
+// TestVersion: baton version, --version and -version print the version and commit line.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		inv := runCLI(t, &invocation{args: args})
+		if inv.code != 0 || !regexp.MustCompile(`^baton \S+ commit \S+`).MatchString(inv.stdout.String()) || inv.stderr.String() != "" {
+			t.Errorf("baton %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), inv.code, inv.stdout.String(), inv.stderr.String())
+		}
+	}
+	if inv := runCLI(t, &invocation{args: []string{"version", "extra"}}); inv.code != ExitUsage {
+		t.Errorf("baton version extra: exit %d, want 2", inv.code)
 	}
 }

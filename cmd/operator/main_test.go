@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -66,17 +67,26 @@ func TestHelp(t *testing.T) {
 
 func TestBadSettingsAreAllReported(t *testing.T) {
 	out, code := run(t, nil, "--webhook-certs=sometimes", "--sidecar-memory-limit=lots", "--status-interval=1ms", "--sidecar-hint-port=80", "--sidecar-metrics-port=81",
-		"--operator-keyspaces=baton,9lives", "--schema-replication=")
+		"--operator-keyspaces=baton,9lives", "--schema-replication=", "--sidecar-image-pull-policy=Sometimes", "--sidecar-shutdown-timeout=1h",
+		"--cassandra-hosts=a b", "--cassandra-consistency=ONE", "--cassandra-serial-consistency=QUORUM", "--global-namespaces=Team_A")
 	if code != 2 {
 		t.Fatalf("exit %d, want 2:\n%s", code, out)
 	}
 	for _, want := range []string{
-		`--sidecar-memory-limit="lots"`, "sidecar image is empty", "--namespace is empty and POD_NAMESPACE is not set",
-		`--webhook-certs="sometimes": use self or external`, "--status-interval=1ms", "hint port 80: use 1024 to 65535", "metrics port 81: use 1024 to 65535",
+		`--sidecar-memory-limit="lots"`, "--sidecar-image is empty", "--namespace is empty and POD_NAMESPACE is not set",
+		`--webhook-certs="sometimes": use self or external`, "--status-interval=1ms", "--sidecar-hint-port=80: use 1024 to 65535", "--sidecar-metrics-port=81: use 1024 to 65535",
 		`--operator-keyspaces: "9lives" is not a keyspace name`, "--schema-replication is empty",
+		`--sidecar-image-pull-policy="Sometimes": use Always, IfNotPresent or Never`, "--sidecar-shutdown-timeout=1h0m0s: use",
+		`--cassandra-hosts: "a b"`, `--cassandra-consistency="ONE": use`, `--cassandra-serial-consistency="QUORUM": use`, `--global-namespaces: "Team_A" is not a namespace name`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// Every problem names the flag that fixes it.
+	for _, problem := range regexp.MustCompile(`operator: |; `).Split(out, -1) {
+		if problem = strings.TrimSpace(problem); problem != "" && !strings.Contains(problem, "--") {
+			t.Errorf("a problem names no flag: %q", problem)
 		}
 	}
 	out, code = run(t, nil, "--no-such-flag")

@@ -211,11 +211,27 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	return o, nil
 }
 
-// Validate checks o and returns every problem at once.
+// injectFlags names the flag that sets each field of Options.Inject that inject.Config's
+// validation checks, so that every configuration error names the flag that fixes it.
+func injectFlags() map[string]string {
+	return map[string]string{
+		inject.FieldImage:             "sidecar-image",
+		inject.FieldImagePullPolicy:   "sidecar-image-pull-policy",
+		inject.FieldShutdownTimeout:   "sidecar-shutdown-timeout",
+		inject.FieldContactPoints:     "cassandra-hosts",
+		inject.FieldConsistency:       "cassandra-consistency",
+		inject.FieldSerialConsistency: "cassandra-serial-consistency",
+		inject.FieldHintPort:          "sidecar-hint-port",
+		inject.FieldMetricsPort:       "sidecar-metrics-port",
+		inject.FieldGlobalNamespaces:  "global-namespaces",
+	}
+}
+
+// Validate checks o and returns every problem at once, each naming the flag that fixes it.
 func (o Options) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("operator: "+format, args...)) }
-	if err := o.Inject.Validate(); err != nil {
+	if err := o.Inject.ValidateFlags(injectFlags()); err != nil {
 		bad("%w", err)
 	}
 	if o.Namespace == "" {

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/internal/sidecarcontract"
 )
 
 var binary string
@@ -115,6 +117,19 @@ func TestVersion(t *testing.T) {
 		out, code := run(t, nil, flag)
 		if code != 0 || !strings.HasPrefix(out, "baton-operator ") || !strings.Contains(out, "commit "+strings.TrimSpace(string(head))) {
 			t.Errorf("operator %s: exit %d, output %q; want baton-operator VERSION commit %s", flag, code, out, strings.TrimSpace(string(head)))
+		}
+	}
+}
+
+// TestSettingsNamedAsTheSidecars: the operator's flags for the lock store settings it shares with
+// the sidecar carry the sidecar's flag names (which are named after their BATON_* variables).
+func TestSettingsNamedAsTheSidecars(t *testing.T) {
+	out, _ := run(t, nil, "-h")
+	for _, s := range []sidecarcontract.Setting{sidecarcontract.CassandraHosts, sidecarcontract.Keyspace, sidecarcontract.LocalDC,
+		sidecarcontract.Consistency, sidecarcontract.SerialConsistency, sidecarcontract.UsernameFile, sidecarcontract.PasswordFile,
+		sidecarcontract.TLSCA, sidecarcontract.TLSCert, sidecarcontract.TLSKey} {
+		if !regexp.MustCompile(`(?m)^  -` + s.Flag() + `\b`).MatchString(out) {
+			t.Errorf("the operator has no flag -%s for the sidecar's %s", s.Flag(), s)
 		}
 	}
 }

@@ -280,7 +280,7 @@ type CassandraConnection struct {
 	// username and password. The operator uses it only if it carries the label
 	// baton.dev/cassandra-secret=true. Without credentials here, the operator uses its own only for
 	// its own keyspaces on its own contact points, and otherwise refuses the lock unless it runs
-	// with --allow-anonymous-cassandra.
+	// with --cassandra-allow-anonymous.
 	// +optional
 	CredentialsSecretRef *CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
 

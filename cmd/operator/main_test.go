@@ -60,7 +60,7 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	for _, want := range []string{"-sidecar-image", "-webhook-certs", "-global-namespaces", "-leader-elect", "-health-probe-bind-address", "-sidecar-hint-port", "-sidecar-metrics-port",
-		"-allow-anonymous-cassandra", "-cassandra-allowed-hosts", "-operator-keyspaces"} {
+		"-cassandra-allow-anonymous", "-cassandra-allowed-hosts", "-cassandra-operator-keyspaces", "-cassandra-ensure-schema", "-cassandra-schema-replication"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("-h output lacks %s", want)
 		}
@@ -77,7 +77,7 @@ func TestBadSettingsAreAllReported(t *testing.T) {
 	for _, want := range []string{
 		`--sidecar-memory-limit="lots"`, "--sidecar-image is empty", "--namespace is empty and POD_NAMESPACE is not set",
 		`--webhook-certs="sometimes": use self or external`, "--status-interval=1ms", "--sidecar-hint-port=80: use 1024 to 65535", "--sidecar-metrics-port=81: use 1024 to 65535",
-		`--operator-keyspaces: "9lives" is not a keyspace name`, "--schema-replication is empty",
+		`--cassandra-operator-keyspaces: "9lives" is not a keyspace name`, "--cassandra-schema-replication is empty", // set by their old names
 		`--sidecar-image-pull-policy="Sometimes": use Always, IfNotPresent or Never`, "--sidecar-shutdown-timeout=1h0m0s: use",
 		`--cassandra-hosts: "a b"`, `--cassandra-consistency="ONE": use`, `--cassandra-serial-consistency="QUORUM": use`, `--global-namespaces: "Team_A" is not a namespace name`,
 	} {
@@ -131,5 +131,23 @@ func TestSettingsNamedAsTheSidecars(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^  -` + s.Flag() + `\b`).MatchString(out) {
 			t.Errorf("the operator has no flag -%s for the sidecar's %s", s.Flag(), s)
 		}
+	}
+}
+
+// TestOldFlagNames: the flags renamed after their chart values (cassandra.allowAnonymous:
+// --cassandra-allow-anonymous) still work under their old names, which -h marks deprecated.
+func TestOldFlagNames(t *testing.T) {
+	help, _ := run(t, nil, "-h")
+	for old, name := range map[string]string{"allow-anonymous-cassandra": "cassandra-allow-anonymous", "operator-keyspaces": "cassandra-operator-keyspaces",
+		"ensure-schema": "cassandra-ensure-schema", "schema-replication": "cassandra-schema-replication"} {
+		if !regexp.MustCompile(`(?m)^  -` + old + `\b.*\n\s+deprecated: use --` + name + `\b`).MatchString(help) {
+			t.Errorf("-h does not mark -%s deprecated for --%s:\n%s", old, name, help)
+		}
+	}
+	// A bool alias takes no value, like the flag it stands for; the run then fails for want of a
+	// sidecar image, not because of the flag.
+	out, code := run(t, nil, "--allow-anonymous-cassandra", "--ensure-schema=false", "--namespace=x")
+	if code != 2 || strings.Contains(out, "flag provided but not defined") || !strings.Contains(out, "--sidecar-image is empty") {
+		t.Errorf("old bool flags: exit %d:\n%s", code, out)
 	}
 }

@@ -390,26 +390,26 @@ func TestDefaultRender(t *testing.T) {
 			t.Errorf("image %q command %v", c.Image, c.Command)
 		}
 		for flag, want := range map[string]string{
-			"sidecar-image":             "ghcr.io/baton-dev/baton:v0.1.0",
-			"webhook-certs":             "self",
-			"webhook-secret":            "baton-webhook-tls",
-			"webhook-service":           "baton-webhook",
-			"webhook-configuration":     "baton-inject",
-			"webhook-port":              "9443",
-			"webhook-cert-dir":          "/var/run/baton/webhook-certs",
-			"metrics-bind-address":      ":8443",
-			"metrics-secure":            "true",
-			"health-probe-bind-address": ":8081",
-			"leader-elect":              "true",
-			"schema-replication":        "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}",
-			"sidecar-hint-port":         "9465",
+			"sidecar-image":                "ghcr.io/baton-dev/baton:v0.1.0",
+			"webhook-certs":                "self",
+			"webhook-secret":               "baton-webhook-tls",
+			"webhook-service":              "baton-webhook",
+			"webhook-configuration":        "baton-inject",
+			"webhook-port":                 "9443",
+			"webhook-cert-dir":             "/var/run/baton/webhook-certs",
+			"metrics-bind-address":         ":8443",
+			"metrics-secure":               "true",
+			"health-probe-bind-address":    ":8081",
+			"leader-elect":                 "true",
+			"cassandra-schema-replication": "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}",
+			"sidecar-hint-port":            "9465",
 		} {
 			if got, ok := arg(d, flag); !ok || got != want {
 				t.Errorf("--%s = %q (set: %v), want %q", flag, got, ok, want)
 			}
 		}
 		for _, flag := range []string{"cassandra-hosts", "global-namespaces", "cassandra-username-file", "cassandra-tls-ca",
-			"allow-anonymous-cassandra", "cassandra-allowed-hosts", "operator-keyspaces"} {
+			"cassandra-allow-anonymous", "cassandra-allowed-hosts", "cassandra-operator-keyspaces"} {
 			if v, ok := arg(d, flag); ok {
 				t.Errorf("--%s=%q set by default", flag, v)
 			}
@@ -576,9 +576,9 @@ func TestValues(t *testing.T) {
 		{"tenancy", []string{"cassandra.allowedHosts={cass-0.db:9042,cass-eu.db}", "cassandra.operatorKeyspaces={baton,baton_eu}", "cassandra.allowAnonymous=true"},
 			func(t *testing.T, _ map[string]object, d *appsv1.Deployment) {
 				for flag, want := range map[string]string{
-					"cassandra-allowed-hosts":   "cass-0.db:9042,cass-eu.db",
-					"operator-keyspaces":        "baton,baton_eu",
-					"allow-anonymous-cassandra": "true",
+					"cassandra-allowed-hosts":      "cass-0.db:9042,cass-eu.db",
+					"cassandra-operator-keyspaces": "baton,baton_eu",
+					"cassandra-allow-anonymous":    "true",
 				} {
 					if got, _ := arg(d, flag); got != want {
 						t.Errorf("--%s=%q, want %q", flag, got, want)

@@ -10,7 +10,7 @@ import (
 // TestSingleCopyReplicationNeedsConsent: a cassandra.schemaReplication that keeps 1 copy of each
 // lock (SimpleStrategy or a data centre at replication factor 1) fails helm template with a message
 // that names the value to set, unless cassandra.allowSingleReplica says so (then the operator gets
-// --allow-single-replica and accepts it) or the operator creates no schema.
+// --cassandra-allow-single-replica and accepts it) or the operator creates no schema.
 func TestSingleCopyReplicationNeedsConsent(t *testing.T) {
 	for _, tc := range []struct {
 		name, replication string
@@ -36,8 +36,8 @@ func TestSingleCopyReplicationNeedsConsent(t *testing.T) {
 					t.Fatalf("refused a replication with more than one copy: %v", err)
 				}
 				d := get[*appsv1.Deployment](t, decode(t, out), "Deployment", "baton-operator")
-				if v, ok := arg(d, "allow-single-replica"); ok {
-					t.Errorf("--allow-single-replica=%s without cassandra.allowSingleReplica", v)
+				if v, ok := arg(d, "cassandra-allow-single-replica"); ok {
+					t.Errorf("--cassandra-allow-single-replica=%s without cassandra.allowSingleReplica", v)
 				}
 				operatorAccepts(t, d)
 				return
@@ -49,8 +49,8 @@ func TestSingleCopyReplicationNeedsConsent(t *testing.T) {
 			// Consent: the chart renders and the operator accepts the flags it gets.
 			d := get[*appsv1.Deployment](t, decode(t, template(t, "--set-json", "cassandra.schemaReplication=\""+tc.replication+"\"",
 				"--set", "cassandra.allowSingleReplica=true")), "Deployment", "baton-operator")
-			if v, ok := arg(d, "allow-single-replica"); !ok || v != "true" {
-				t.Errorf("--allow-single-replica=%q (set: %v) with cassandra.allowSingleReplica=true", v, ok)
+			if v, ok := arg(d, "cassandra-allow-single-replica"); !ok || v != "true" {
+				t.Errorf("--cassandra-allow-single-replica=%q (set: %v) with cassandra.allowSingleReplica=true", v, ok)
 			}
 			operatorAccepts(t, d)
 			// Without schema creation the replication is not used: no consent needed.

@@ -182,6 +182,8 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	orig := dl.DeepCopy()
 	st := &dl.Status
 	prev := slices.Clone(st.Locks)
+	// kubectl's LOCKS column; written only with a status that changes anyway or when it changes.
+	st.LockIDsText = strings.Join(dl.Spec.LockIDs, ",")
 
 	r.rolloutSafety(ctx, dl)
 

@@ -172,7 +172,7 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 	if !s.AllowAnonymous && t.Username == "" && (t.TLS == nil || len(t.TLS.Cert) == 0) {
 		return t, fmt.Errorf("%w: no Cassandra credentials for keyspace %s: name a Secret labelled %s=true in spec.cassandra.credentialsSecretRef "+
 			"(or a client certificate in tlsSecretRef); the operator uses its own credentials only for its keyspaces %v on its contact points, "+
-			"and connects without credentials only when started with --allow-anonymous-cassandra",
+			"and connects without credentials only when started with --cassandra-allow-anonymous",
 			errConnectionNotAllowed, cmp.Or(t.Keyspace, cassandrastore.DefaultKeyspace), s.operatorKeyspaces(), batonv1.LabelCassandraSecret)
 	}
 	return t, nil

@@ -134,7 +134,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		env  map[string]string
 		want []string // every substring must appear
 	}{
-		{"no locks", nil, map[string]string{"BATON_LOCK_IDS": " , "}, []string{"--locks (BATON_LOCK_IDS) is empty"}},
+		{"no locks", nil, map[string]string{"BATON_LOCK_IDS": " , "}, []string{"--lock-ids (BATON_LOCK_IDS) is empty"}},
 		{"too many locks", nil, map[string]string{"BATON_LOCK_IDS": strings.Repeat("a,", 16) + "b"}, []string{"at most 16"}},
 		{"bad lock ID", nil, map[string]string{"BATON_LOCK_IDS": "ok,-bad"}, []string{`has "-bad"`}},
 		{"duplicate lock", nil, map[string]string{"BATON_LOCK_IDS": "a,a"}, []string{`names "a" twice`}},
@@ -147,7 +147,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{"bad traffic", nil, map[string]string{"BATON_TRAFFIC_POLICY": "DNS"}, []string{"use ReadinessGate, Label or None"}},
 		{"no hosts", nil, map[string]string{"BATON_CASSANDRA_HOSTS": ""}, []string{"--cassandra-hosts (BATON_CASSANDRA_HOSTS) is empty"}},
 		{"weak consistency", nil, map[string]string{"BATON_CASSANDRA_CONSISTENCY": "one"}, []string{`is "ONE": a lock needs QUORUM`}},
-		{"local without dc", nil, map[string]string{"BATON_CASSANDRA_CONSISTENCY": "LOCAL_QUORUM"}, []string{"--local-dc", "name the local data centre"}},
+		{"local without dc", nil, map[string]string{"BATON_CASSANDRA_CONSISTENCY": "LOCAL_QUORUM"}, []string{"--cassandra-local-dc", "name the local data centre"}},
 		{"user without password", nil, map[string]string{"BATON_CASSANDRA_USERNAME_FILE": secret}, []string{"must be given together"}},
 		{"missing secret file", nil, map[string]string{"BATON_CASSANDRA_USERNAME_FILE": secret, "BATON_CASSANDRA_PASSWORD_FILE": filepath.Join(dir, "nope")}, []string{"--cassandra-password-file", "cannot be read"}},
 		{"cert without key", nil, map[string]string{"BATON_CASSANDRA_TLS_CERT": secret}, []string{"mutual TLS"}},

@@ -306,7 +306,8 @@ func TestPrinterColumns(t *testing.T) {
 		}
 	}
 	wantCols := []string{
-		"Locks=.spec.lockIds",
+		`Ready=.status.conditions[?(@.type=="Ready")].status`,
+		"Locks=.status.lockIdsText",
 		"Holder=.status.locks[0].holder",
 		"Token=.status.locks[0].token",
 		"Waiting=.status.locks[0].waiting",
@@ -322,7 +323,9 @@ func TestPrinterColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := metav1.Now()
+	dl.Status.LockIDsText = "orders,billing" // as the operator writes it (controllers tests the operator)
 	dl.Status.Locks = []batonv1.LockStatus{{LockID: "orders", Holder: "worker-0", Token: 7, AcquiredTime: &now, Waiting: 2}}
+	dl.Status.Conditions = []metav1.Condition{{Type: batonv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "StatusCurrent", LastTransitionTime: now}}
 	if err := c.Status().Update(ctx, dl); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +348,7 @@ func TestPrinterColumns(t *testing.T) {
 			header = append(header, strings.ToUpper(col.Name))
 		}
 	}
-	if want := []string{"NAME", "LOCKS", "HOLDER", "TOKEN", "WAITING", "AGE"}; !reflect.DeepEqual(header, want) {
+	if want := []string{"NAME", "READY", "LOCKS", "HOLDER", "TOKEN", "WAITING", "AGE"}; !reflect.DeepEqual(header, want) {
 		t.Errorf("kubectl get columns %v, want %v", header, want)
 	}
 	if len(table.Rows) != 1 {
@@ -356,7 +359,7 @@ func TestPrinterColumns(t *testing.T) {
 		row[strings.ToUpper(col.Name)] = fmt.Sprint(table.Rows[0].Cells[i])
 	}
 	t.Logf("kubectl get distributedlocks: %v", row)
-	for col, want := range map[string]string{"NAME": "orders", "LOCKS": `["orders","billing"]`, "HOLDER": "worker-0", "TOKEN": "7", "WAITING": "2"} {
+	for col, want := range map[string]string{"NAME": "orders", "READY": "True", "LOCKS": "orders,billing", "HOLDER": "worker-0", "TOKEN": "7", "WAITING": "2"} {
 		if row[col] != want {
 			t.Errorf("column %s = %q, want %q", col, row[col], want)
 		}
@@ -390,6 +393,9 @@ func TestCRDAgreesWithConstants(t *testing.T) {
 	check("lockIds maxItems", ids["maxItems"], batonv1.MaxLockIDs)
 	check("lockIds items maxLength", items["maxLength"], batonv1.MaxLockIDLength)
 	check("lockIds items pattern", items["pattern"], batonv1.LockIDPattern)
+	status, _, _ := unstructured.NestedMap(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "status", "properties")
+	check("lockIdsText maxLength (every ID at its longest, and the commas)", status["lockIdsText"].(map[string]any)["maxLength"],
+		batonv1.MaxLockIDs*batonv1.MaxLockIDLength+batonv1.MaxLockIDs-1)
 	check("cassandra keyspace pattern", cassandra["keyspace"].(map[string]any)["pattern"], batonv1.KeyspacePattern)
 	check("the lock store's keyspace pattern", cassandrastore.KeyspacePattern, batonv1.KeyspacePattern)
 	check("leaseDuration default", lease["default"], batonv1.DefaultLeaseDuration)
@@ -467,6 +473,7 @@ func TestKubectlGet(t *testing.T) {
 	if err := c.Create(ctx, dl); err != nil {
 		t.Fatal(err)
 	}
+	dl.Status.LockIDsText = "orders,billing"
 	dl.Status.Locks = []batonv1.LockStatus{{LockID: "orders", Holder: "worker-5d8c7-x2kqp", Token: 12, Waiting: 2}, {LockID: "billing"}}
 	if err := c.Status().Update(ctx, dl); err != nil {
 		t.Fatal(err)
@@ -477,8 +484,8 @@ func TestKubectlGet(t *testing.T) {
 		args   []string
 		header string
 	}{
-		{[]string{"get", "distributedlocks"}, "NAME LOCKS HOLDER TOKEN WAITING AGE"},
-		{[]string{"get", "dlock", "-o", "wide"}, "NAME LOCKS HOLDER TOKEN WAITING MODE TRAFFIC READY AGE"},
+		{[]string{"get", "distributedlocks"}, "NAME READY LOCKS HOLDER TOKEN WAITING AGE"},
+		{[]string{"get", "dlock", "-o", "wide"}, "NAME READY LOCKS HOLDER TOKEN WAITING MODE TRAFFIC AGE"},
 	} {
 		args := tc.args
 		out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", path, "--namespace", ns}, args...)...).CombinedOutput()
@@ -489,7 +496,7 @@ func TestKubectlGet(t *testing.T) {
 		if header := strings.Join(strings.Fields(strings.SplitN(string(out), "\n", 2)[0]), " "); header != tc.header {
 			t.Errorf("kubectl %s header %q, want %q", strings.Join(args, " "), header, tc.header)
 		}
-		if !strings.Contains(string(out), "worker-5d8c7-x2kqp") || !strings.Contains(string(out), `["orders","billing"]`) {
+		if !strings.Contains(string(out), "worker-5d8c7-x2kqp") || !strings.Contains(string(out), " orders,billing ") {
 			t.Errorf("kubectl output lacks the holder or the lock IDs")
 		}
 	}

@@ -280,7 +280,7 @@ type CassandraConnection struct {
 	// username and password. The operator uses it only if it carries the label
 	// baton.dev/cassandra-secret=true. Without credentials here, the operator uses its own only for
 	// its own keyspaces on its own contact points, and otherwise refuses the lock unless it runs
-	// with --allow-anonymous-cassandra.
+	// with --cassandra-allow-anonymous.
 	// +optional
 	CredentialsSecretRef *CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
 
@@ -435,6 +435,13 @@ type DistributedLockStatus struct {
 	// +kubebuilder:validation:MaxLength=256
 	CassandraClusterName string `json:"cassandraClusterName,omitempty"`
 
+	// lockIdsText is spec.lockIds joined by commas ("orders,billing"), as of observedGeneration,
+	// for the LOCKS column of kubectl get: the API server prints a list column as a JSON array.
+	// The operator writes it with the rest of the status; it is empty until its first reconcile.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1023
+	LockIDsText string `json:"lockIdsText,omitempty"`
+
 	// locks holds one entry per lock ID in spec.lockIds.
 	// +optional
 	// +listType=map
@@ -457,13 +464,13 @@ type DistributedLockStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=dlock,categories=baton
-// +kubebuilder:printcolumn:name="Locks",type=string,JSONPath=`.spec.lockIds`,description="Lock IDs"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether status.locks reflects the lock store"
+// +kubebuilder:printcolumn:name="Locks",type=string,JSONPath=`.status.lockIdsText`,description="Lock IDs, comma-separated (written by the operator)"
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.locks[0].holder`,description="Pod holding the first lock"
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.locks[0].token`,description="Fencing token of the first lock"
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.locks[0].waiting`,description="Contenders waiting for the first lock"
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1
 // +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.spec.trafficPolicy`,priority=1
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DistributedLock struct {
 	metav1.TypeMeta   `json:",inline"`

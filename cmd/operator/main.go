@@ -16,12 +16,18 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/baton-dev/baton/internal/operator"
+	"github.com/baton-dev/baton/internal/version"
 )
 
 func main() {
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line("baton-operator"))
+		return
+	}
 	opts, err := operator.ParseOptions(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		operator.Usage(os.Stdout)
+		fmt.Println(version.Usage)
 		return
 	}
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/sidecar"
 )
 
@@ -27,12 +28,17 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "pre-stop" {
 		os.Exit(preStop(os.Args[2:]))
 	}
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line("baton-sidecar"))
+		return
+	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)
 	}
 	opts, err := sidecar.ParseOptions(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		sidecar.Usage(os.Stdout)
+		fmt.Println(version.Usage)
 		return
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package cassandraflags reads how to reach the lock store from the sidecar contract's Cassandra
-// settings (--cassandra-hosts / BATON_CASSANDRA_HOSTS, --keyspace, --local-dc, --consistency,
-// --serial-consistency and the --cassandra-* credential, TLS and cluster-name files and names)
+// settings (--cassandra-hosts / BATON_CASSANDRA_HOSTS, --cassandra-keyspace, --cassandra-local-dc,
+// --cassandra-consistency, --cassandra-serial-consistency and the --cassandra-* credential, TLS
+// and cluster-name files and names)
 // into a cassandrastore.Connection.
 //
 // The sidecar and the baton CLI's mode without a sidecar both read their Cassandra settings here,

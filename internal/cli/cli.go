@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +17,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/internal/suspendclock"
+	buildversion "github.com/baton-dev/baton/internal/version"
 )
 
 // Exit codes of the baton CLI.
@@ -137,11 +140,13 @@ func (p *program) dispatch(ctx context.Context, args []string) (int, error) {
 		if len(rest) > 0 {
 			topic = rest[0]
 			if _, ok := commandUsage[topic]; !ok {
-				return 0, usagef("", "no help for %q: the commands are status, wait, run and yield", topic)
+				return 0, usagef("", "no help for %q: the commands are %s", topic, commandList())
 			}
 		}
 		usage(p.stdout, topic)
 		return ExitOK, nil
+	case "version", "-version", "--version":
+		return p.version(rest)
 	case "status", "wait", "run", "yield":
 		run := map[string]func(context.Context, []string) (int, error){
 			"status": p.status, "wait": p.wait, "run": p.run, "yield": p.yield}[cmd]
@@ -162,7 +167,7 @@ func (p *program) dispatch(ctx context.Context, args []string) (int, error) {
 		if strings.HasPrefix(cmd, "-") {
 			return 0, usagef("", "flag %s before the command: write baton COMMAND [flags], e.g. baton status --json", cmd)
 		}
-		return 0, usagef("", "unknown command %q: the commands are status, wait and run", cmd)
+		return 0, usagef("", "unknown command %q: the commands are %s", cmd, commandList())
 	}
 }
 
@@ -199,10 +204,11 @@ Usage:
   baton status [--socket PATH] [--json]
   baton wait   [--socket PATH] [--lock ID] [--timeout 5m]
   baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
-  baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
+  baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--cassandra-keyspace baton]
                [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
   baton schema --replication DC:RF[,DC:RF...] [--keyspace baton] [--role NAME]
   baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
+  baton version
   baton help [COMMAND]
 
 In a pod annotated with ` + batonv1.AnnotationLock + `, status, wait, run and yield talk to the baton sidecar over its
@@ -236,6 +242,10 @@ Flags:
   --timeout DUR     how long to wait, e.g. 30s or 5m; 0 checks once (default 5m)
 `,
 	"run": runUsage(),
+	"version": `Usage: baton version
+
+Prints the version and the git commit baton was built from (also: baton --version).
+`,
 	"yield": `Usage: baton yield [--socket PATH] [--lock ID] [--wait DUR] [--token N]
 
 Steps down: the sidecar releases the lock and queues again behind the pods waiting for it, so the
@@ -311,6 +321,22 @@ without a sidecar):
 `)
 	sidecarcontract.WriteUsage(&b, sidecarcontract.CassandraSettings()...)
 	return b.String()
+}
+
+// commandList names every command that has a usage, for the messages that list them: "run,
+// status, ... and yield".
+func commandList() string {
+	names := slices.Sorted(maps.Keys(commandUsage))
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// version prints the version line; it takes no arguments.
+func (p *program) version(args []string) (int, error) {
+	if len(args) > 0 {
+		return 0, usagef("version", "baton version takes no arguments, got %q", args[0])
+	}
+	fmt.Fprintln(p.stdout, buildversion.Line("baton"))
+	return ExitOK, nil
 }
 
 // usage prints the usage of topic ("" for the overview).

@@ -5,7 +5,7 @@
 //	baton status [--socket PATH] [--json]
 //	baton wait   [--socket PATH] [--lock ID] [--timeout 5m]
 //	baton run    [--socket PATH] [--lock ID] [--wait 5m] [--grace 10s] -- CMD [ARGS...]
-//	baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--keyspace baton]
+//	baton run    --cassandra-hosts HOSTS --lock ID [--wait 0] [--lease 15s] [--cassandra-keyspace baton]
 //	             [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
 //
 // status and wait talk to the sidecar of the pod (package sidecarclient). run either uses the

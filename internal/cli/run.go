@@ -45,6 +45,9 @@ var directOnly = func() []string {
 	for _, s := range sidecarcontract.CassandraSettings() {
 		if s != sidecarcontract.CassandraHosts {
 			flags = append(flags, s.Flag())
+			if old := s.OldFlag(); old != "" {
+				flags = append(flags, old)
+			}
 		}
 	}
 	return flags

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no command", nil, nil, "Usage:"},
-		{"unknown command", []string{"frob"}, nil, `unknown command "frob": the commands are status, wait and run`},
+		{"unknown command", []string{"frob"}, nil, `unknown command "frob": the commands are run, schema, status, version, wait and yield`},
 		{"flag before command", []string{"--json", "status"}, nil, "flag --json before the command"},
 		{"unknown flag", []string{"status", "--color"}, nil, "flag provided but not defined: --color"},
 		{"status argument", []string{"status", "extra"}, nil, `unexpected argument "extra"`},
@@ -65,12 +66,12 @@ func TestUsageErrors(t *testing.T) {
 		{"TLS without hosts", []string{"run", "--socket", missing, "--cassandra-tls-ca", notSocket, "--", "true"}, nil,
 			"--cassandra-tls-ca applies only without a sidecar"},
 		{"weak consistency", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--consistency", "one", "--", "true"}, nil,
-			`--consistency (BATON_CASSANDRA_CONSISTENCY) is "ONE": a lock needs QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL`},
+			`--cassandra-consistency (BATON_CASSANDRA_CONSISTENCY) is "ONE": a lock needs QUORUM, LOCAL_QUORUM, EACH_QUORUM or ALL`},
 		{"serial consistency from env", []string{"run", "--lock", "x", "--", "true"},
 			map[string]string{"BATON_CASSANDRA_HOSTS": "h", "BATON_CASSANDRA_SERIAL_CONSISTENCY": "quorum"},
-			`--serial-consistency (BATON_CASSANDRA_SERIAL_CONSISTENCY) is "QUORUM": use SERIAL or LOCAL_SERIAL`},
+			`--cassandra-serial-consistency (BATON_CASSANDRA_SERIAL_CONSISTENCY) is "QUORUM": use SERIAL or LOCAL_SERIAL`},
 		{"local consistency without DC", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--consistency", "LOCAL_QUORUM", "--", "true"}, nil,
-			"--local-dc (BATON_CASSANDRA_LOCAL_DC) is empty but LOCAL_QUORUM/SERIAL are data-centre local"},
+			"--cassandra-local-dc (BATON_CASSANDRA_LOCAL_DC) is empty but LOCAL_QUORUM/SERIAL are data-centre local"},
 		{"password without user", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--cassandra-password-file", notSocket, "--", "true"}, nil,
 			"--cassandra-password-file (BATON_CASSANDRA_PASSWORD_FILE) and --cassandra-username-file (BATON_CASSANDRA_USERNAME_FILE) must be given together"},
 		{"missing CA file", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--", "true"},
@@ -78,7 +79,7 @@ func TestUsageErrors(t *testing.T) {
 		{"CA not PEM", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--cassandra-tls-ca", notSocket, "--", "true"}, nil,
 			"--cassandra-tls-ca (BATON_CASSANDRA_TLS_CA) names " + notSocket + ", which holds no PEM certificate"},
 		{"several problems", []string{"run", "--cassandra-hosts", "h", "--lock", "x", "--consistency", "one", "--cassandra-cluster-name", "a\nb", "--", "true"}, nil,
-			"invalid Cassandra settings:\n  --consistency (BATON_CASSANDRA_CONSISTENCY) is \"ONE\""},
+			"invalid Cassandra settings:\n  --cassandra-consistency (BATON_CASSANDRA_CONSISTENCY) is \"ONE\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inv := runCLI(t, &invocation{args: tc.args, env: tc.env})
@@ -116,7 +117,7 @@ func TestRunUsageNamesEveryFlag(t *testing.T) {
 	inv := runCLI(t, &invocation{args: []string{"help", "run"}})
 	help := inv.stdout.String()
 	for _, f := range append([]string{"socket", "lock", "wait", "grace"}, directOnly...) {
-		if !strings.Contains(help, "--"+f+" ") {
+		if !regexp.MustCompile(`--` + f + `[ :]`).MatchString(help) { // "--keyspace:" as a deprecated alias
 			t.Errorf("baton help run does not mention --%s", f)
 		}
 	}
@@ -133,5 +134,45 @@ func TestHelp(t *testing.T) {
 		if inv.code != 0 || !strings.Contains(inv.stdout.String(), "Usage") || inv.stderr.String() != "" {
 			t.Errorf("baton %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), inv.code, inv.stdout.String(), inv.stderr.String())
 		}
+	}
+}
+
+// TestEveryCommandIsListed: every command of the overview's Usage lines has its own help, and the
+// messages that list the commands (an unknown command, help on an unknown topic) name all of them.
+func TestEveryCommandIsListed(t *testing.T) {
+	overview := runCLI(t, &invocation{args: []string{"help"}}).stdout.String()
+	var commands []string
+	for _, m := range regexp.MustCompile(`(?m)^  baton ([a-z]+)`).FindAllStringSubmatch(overview, -1) {
+		if c := m[1]; c != "help" && !slices.Contains(commands, c) {
+			commands = append(commands, c)
+		}
+	}
+	if !slices.Contains(commands, "version") || !slices.Contains(commands, "yield") {
+		t.Errorf("baton help lists the commands %v; want version and yield among them", commands)
+	}
+	unknown := runCLI(t, &invocation{args: []string{"frob"}}).stderr.String()
+	noTopic := runCLI(t, &invocation{args: []string{"help", "frob"}}).stderr.String()
+	for _, c := range commands {
+		if inv := runCLI(t, &invocation{args: []string{"help", c}}); inv.code != 0 || !strings.Contains(inv.stdout.String(), "Usage: baton "+c) {
+			t.Errorf("baton help %s: exit %d, stdout %q", c, inv.code, inv.stdout.String())
+		}
+		for what, msg := range map[string]string{"unknown command": unknown, "help on an unknown topic": noTopic} {
+			if !regexp.MustCompile(`\b` + c + `\b`).MatchString(msg) {
+				t.Errorf("the message on %s does not name %s: %q", what, c, msg)
+			}
+		}
+	}
+}
+
+// TestVersion: baton version, --version and -version print the version and commit line.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		inv := runCLI(t, &invocation{args: args})
+		if inv.code != 0 || !regexp.MustCompile(`^baton \S+ commit \S+`).MatchString(inv.stdout.String()) || inv.stderr.String() != "" {
+			t.Errorf("baton %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), inv.code, inv.stdout.String(), inv.stderr.String())
+		}
+	}
+	if inv := runCLI(t, &invocation{args: []string{"version", "extra"}}); inv.code != ExitUsage {
+		t.Errorf("baton version extra: exit %d, want 2", inv.code)
 	}
 }

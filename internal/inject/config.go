@@ -131,35 +131,80 @@ func (c Config) withDefaults() Config {
 }
 
 // Validate checks c (with defaults filled in) and returns every problem at once, wrapping
-// ErrInvalidConfig.
-func (c Config) Validate() error {
+// ErrInvalidConfig. Each problem names its setting in words ("hint port 80: ...").
+func (c Config) Validate() error { return c.ValidateFlags(nil) }
+
+// The fields of Config that ValidateFlags can name by a flag: the keys of its argument.
+const (
+	FieldImage             = "Image"
+	FieldImagePullPolicy   = "ImagePullPolicy"
+	FieldShutdownTimeout   = "ShutdownTimeout"
+	FieldContactPoints     = "Cassandra.ContactPoints"
+	FieldConsistency       = "Cassandra.Consistency"
+	FieldSerialConsistency = "Cassandra.SerialConsistency"
+	FieldHintPort          = "HintPort"
+	FieldMetricsPort       = "MetricsPort"
+	FieldGlobalNamespaces  = "GlobalNamespaces"
+)
+
+// ValidateFlags is Validate for a Config read from flags: a problem with a field that flags names
+// (flags[FieldHintPort] = "sidecar-hint-port") names that flag instead of the field's words
+// ("--sidecar-hint-port=80: ..."). It does not check that the flags exist.
+func (c Config) ValidateFlags(flags map[string]string) error {
 	c = c.withDefaults()
 	var p problems
+	// one says what is wrong with field, whose value is v: "--flag=v" or "words v".
+	one := func(field, words string, v any) string {
+		if f, ok := flags[field]; ok {
+			return fmt.Sprintf("--%s=%v", f, v)
+		}
+		return fmt.Sprintf("%s %v", words, v)
+	}
+	// item says what is wrong with one item v of the list field: "--flag: v" or "words v".
+	item := func(field, words string, v any) string {
+		if f, ok := flags[field]; ok {
+			return fmt.Sprintf("--%s: %v", f, v)
+		}
+		return fmt.Sprintf("%s %v", words, v)
+	}
 	if strings.TrimSpace(c.Image) == "" {
-		p.add("sidecar image is empty: set the operator's sidecar image (--sidecar-image)")
+		if f, ok := flags[FieldImage]; ok {
+			p.add("--%s is empty: give the sidecar image, e.g. ghcr.io/baton-dev/baton:v0.1.0", f)
+		} else {
+			p.add("sidecar image is empty: set the operator's sidecar image (--sidecar-image)")
+		}
 	}
 	switch c.ImagePullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
-		p.add("image pull policy %q: use Always, IfNotPresent or Never", c.ImagePullPolicy)
+		p.add("%s: use Always, IfNotPresent or Never", one(FieldImagePullPolicy, "image pull policy", fmt.Sprintf("%q", c.ImagePullPolicy)))
 	}
 	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > sidecarcontract.MaxShutdownTimeout {
-		p.add("shutdown timeout %v: use a positive duration up to %v", c.ShutdownTimeout, sidecarcontract.MaxShutdownTimeout)
+		p.add("%s: use a positive duration up to %v", one(FieldShutdownTimeout, "shutdown timeout", c.ShutdownTimeout), sidecarcontract.MaxShutdownTimeout)
 	}
-	p.contactPoints(c.Cassandra.ContactPoints)
-	p.consistencies(c.Cassandra.Consistency, c.Cassandra.SerialConsistency)
+	for _, h := range c.Cassandra.ContactPoints {
+		if strings.TrimSpace(h) == "" || strings.ContainsAny(h, ", \t\n") {
+			p.add("%s: give a host or host:port without commas or spaces", item(FieldContactPoints, "Cassandra contact point", fmt.Sprintf("%q", h)))
+		}
+	}
+	if !sidecarcontract.ValidConsistency(c.Cassandra.Consistency) {
+		p.add("%s: use %s", one(FieldConsistency, "Cassandra consistency", fmt.Sprintf("%q", c.Cassandra.Consistency)), sidecarcontract.ConsistencyChoices())
+	}
+	if !sidecarcontract.ValidSerialConsistency(c.Cassandra.SerialConsistency) {
+		p.add("%s: use %s", one(FieldSerialConsistency, "Cassandra serial consistency", fmt.Sprintf("%q", c.Cassandra.SerialConsistency)), sidecarcontract.SerialConsistencyChoices())
+	}
 	if c.Cassandra.CredentialsSecretRef != nil || c.Cassandra.TLSSecretRef != nil {
 		p.add("the default Cassandra connection names Secrets: the operator's own credentials come from its files, and a DistributedLock names its own Secrets in spec.cassandra")
 	}
 	if c.HintPort != 0 && (c.HintPort < 1024 || c.HintPort > 65535) {
-		p.add("hint port %d: use 1024 to 65535 (the sidecar runs without privileges), or 0 for no hand-off hints", c.HintPort)
+		p.add("%s: use 1024 to 65535 (the sidecar runs without privileges), or 0 for no hand-off hints", one(FieldHintPort, "hint port", c.HintPort))
 	}
 	if c.MetricsPort != 0 && (c.MetricsPort < 1024 || c.MetricsPort > 65535) {
-		p.add("metrics port %d: use 1024 to 65535 (the sidecar runs without privileges), or 0 for metrics on loopback only", c.MetricsPort)
+		p.add("%s: use 1024 to 65535 (the sidecar runs without privileges), or 0 for metrics on loopback only", one(FieldMetricsPort, "metrics port", c.MetricsPort))
 	}
 	for _, ns := range c.GlobalNamespaces {
 		if ns != "*" && !dns1123Label.MatchString(ns) {
-			p.add("global namespace %q is not a namespace name (or \"*\" for all)", ns)
+			p.add("%s is not a namespace name (or \"*\" for all)", item(FieldGlobalNamespaces, "global namespace", fmt.Sprintf("%q", ns)))
 		}
 	}
 	return p.err(func(msg string) error { return fmt.Errorf("%w: %s", ErrInvalidConfig, msg) })

@@ -42,7 +42,7 @@ const (
 )
 
 // DefaultSchemaReplication is the replication of a keyspace the operator creates unless
-// --schema-replication says otherwise: three replicas in every data centre, so that the locks
+// --cassandra-schema-replication says otherwise: three replicas in every data centre, so that the locks
 // survive a lost node (QUORUM of 3). It needs Cassandra 4.0 or later and at least 3 nodes per data
 // centre; a one-node development Cassandra needs SimpleStrategy with replication_factor 1.
 const DefaultSchemaReplication = "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}"
@@ -130,12 +130,12 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.StringVar(&o.WebhookService, "webhook-service", "baton-webhook", "Service in --namespace in front of the webhook (its DNS name is in the certificate)")
 	fs.StringVar(&o.WebhookConfiguration, "webhook-configuration", "baton-inject", "MutatingWebhookConfiguration whose caBundle the operator maintains")
 	fs.StringVar(&o.Inject.Image, "sidecar-image", "", "sidecar image (required), e.g. ghcr.io/baton-dev/baton:v0.1.0")
-	fs.BoolVar(&o.EnsureSchema, "ensure-schema", true, "create the lock keyspace and tables when the operator first uses a connection")
-	fs.StringVar(&o.SchemaReplication, "schema-replication", DefaultSchemaReplication, "CQL replication map of a keyspace the operator creates (the default needs Cassandra >= 4.0 and 3 nodes per data centre; one node for development: {'class': 'SimpleStrategy', 'replication_factor': 1} with --allow-single-replica)")
-	fs.BoolVar(&o.AllowSingleReplica, "allow-single-replica", false, "accept a --schema-replication that keeps 1 copy of each lock (replication factor 1, of SimpleStrategy or of a data centre): a lost node stops the locks, a lost disk loses their fencing tokens; only for a one-node development Cassandra")
-	fs.BoolVar(&o.AllowAnonymousCassandra, "allow-anonymous-cassandra", false, "accept DistributedLocks that bring no Cassandra credentials and, without its own, connect without any: only for a Cassandra without authentication, in development")
+	fs.BoolVar(&o.EnsureSchema, "cassandra-ensure-schema", true, "create the lock keyspace and tables when the operator first uses a connection")
+	fs.StringVar(&o.SchemaReplication, "cassandra-schema-replication", DefaultSchemaReplication, "CQL replication map of a keyspace the operator creates (the default needs Cassandra >= 4.0 and 3 nodes per data centre; one node for development: {'class': 'SimpleStrategy', 'replication_factor': 1} with --cassandra-allow-single-replica)")
+	fs.BoolVar(&o.AllowSingleReplica, "cassandra-allow-single-replica", false, "accept a --cassandra-schema-replication that keeps 1 copy of each lock (replication factor 1, of SimpleStrategy or of a data centre): a lost node stops the locks, a lost disk loses their fencing tokens; only for a one-node development Cassandra")
+	fs.BoolVar(&o.AllowAnonymousCassandra, "cassandra-allow-anonymous", false, "accept DistributedLocks that bring no Cassandra credentials and, without its own, connect without any: only for a Cassandra without authentication, in development")
 	fs.Var(listFlag{&o.CassandraAllowedHosts}, "cassandra-allowed-hosts", `contact points a DistributedLock's spec.cassandra.contactPoints may name, host[:port],... ("*": any; default: --cassandra-hosts); the operator sends credentials nowhere else`)
-	fs.Var(listFlag{&o.OperatorKeyspaces}, "operator-keyspaces", "keyspaces where the operator uses its own Cassandra credentials on its default contact points and may create the schema, comma-separated (default: --cassandra-keyspace)")
+	fs.Var(listFlag{&o.OperatorKeyspaces}, "cassandra-operator-keyspaces", "keyspaces where the operator uses its own Cassandra credentials on its default contact points and may create the schema, comma-separated (default: --cassandra-keyspace)")
 	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "how often DistributedLock status is re-read from the lock store")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many DistributedLocks are reconciled at once, 1-100: a lock whose Cassandra hangs holds up one worker, for at most 1s per connection attempt")
 	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
@@ -181,7 +181,22 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 		quantityVar(fs, req, corev1.ResourceMemory, "sidecar-memory-request", "32Mi", "sidecar memory request (empty: none)"),
 		quantityVar(fs, lim, corev1.ResourceMemory, "sidecar-memory-limit", "64Mi", "sidecar memory limit (empty: none)"),
 	}
+	for old, name := range oldFlags() {
+		fs.Var(fs.Lookup(name).Value, old, "deprecated: use --"+name)
+	}
 	return fs, quantities
+}
+
+// oldFlags maps the names some flags had before they were named after their chart values
+// (cassandra.allowAnonymous: --cassandra-allow-anonymous) to their names now. The old names
+// still work, as deprecated aliases of the same setting.
+func oldFlags() map[string]string {
+	return map[string]string{
+		"allow-anonymous-cassandra": "cassandra-allow-anonymous",
+		"operator-keyspaces":        "cassandra-operator-keyspaces",
+		"ensure-schema":             "cassandra-ensure-schema",
+		"schema-replication":        "cassandra-schema-replication",
+	}
 }
 
 // ParseOptions reads the operator's flags; getenv supplies POD_NAMESPACE. It returns flag.ErrHelp
@@ -215,11 +230,27 @@ func ParseOptions(args []string, getenv func(string) string) (Options, error) {
 	return o, nil
 }
 
-// Validate checks o and returns every problem at once.
+// injectFlags names the flag that sets each field of Options.Inject that inject.Config's
+// validation checks, so that every configuration error names the flag that fixes it.
+func injectFlags() map[string]string {
+	return map[string]string{
+		inject.FieldImage:             "sidecar-image",
+		inject.FieldImagePullPolicy:   "sidecar-image-pull-policy",
+		inject.FieldShutdownTimeout:   "sidecar-shutdown-timeout",
+		inject.FieldContactPoints:     "cassandra-hosts",
+		inject.FieldConsistency:       "cassandra-consistency",
+		inject.FieldSerialConsistency: "cassandra-serial-consistency",
+		inject.FieldHintPort:          "sidecar-hint-port",
+		inject.FieldMetricsPort:       "sidecar-metrics-port",
+		inject.FieldGlobalNamespaces:  "global-namespaces",
+	}
+}
+
+// Validate checks o and returns every problem at once, each naming the flag that fixes it.
 func (o Options) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("operator: "+format, args...)) }
-	if err := o.Inject.Validate(); err != nil {
+	if err := o.Inject.ValidateFlags(injectFlags()); err != nil {
 		bad("%w", err)
 	}
 	if o.Namespace == "" {
@@ -256,11 +287,11 @@ func (o Options) Validate() error {
 	}
 	for _, ks := range o.OperatorKeyspaces {
 		if !sidecarcontract.ValidKeyspace(ks) {
-			bad("--operator-keyspaces: %q is not a keyspace name (a letter, then up to 47 letters, digits or '_')", ks)
+			bad("--cassandra-operator-keyspaces: %q is not a keyspace name (a letter, then up to 47 letters, digits or '_')", ks)
 		}
 	}
 	if strings.TrimSpace(o.SchemaReplication) == "" {
-		bad("--schema-replication is empty: give a CQL replication map such as %s", DefaultSchemaReplication)
+		bad("--cassandra-schema-replication is empty: give a CQL replication map such as %s", DefaultSchemaReplication)
 	} else if o.EnsureSchema {
 		if err := checkSchemaReplication(o.SchemaReplication, o.AllowSingleReplica); err != nil {
 			bad("%w", err)

@@ -43,8 +43,8 @@ func checkSchemaReplication(replication string, allowSingle bool) error {
 	if len(single) == 0 || allowSingle {
 		return nil
 	}
-	return fmt.Errorf("--schema-replication=%s keeps only 1 copy of each lock (replication factor 1 at: %s): a lost or restarting node stops the locks and "+
-		"a lost disk loses their fencing tokens; give 3 replicas per data centre, e.g. %s, or --allow-single-replica "+
-		"for a one-node development Cassandra (or --ensure-schema=false when the keyspace is made beforehand)",
+	return fmt.Errorf("--cassandra-schema-replication=%s keeps only 1 copy of each lock (replication factor 1 at: %s): a lost or restarting node stops the locks and "+
+		"a lost disk loses their fencing tokens; give 3 replicas per data centre, e.g. %s, or --cassandra-allow-single-replica "+
+		"for a one-node development Cassandra (or --cassandra-ensure-schema=false when the keyspace is made beforehand)",
 		replication, strings.Join(single, ", "), DefaultSchemaReplication)
 }

@@ -7,9 +7,9 @@ import (
 	"github.com/baton-dev/baton/internal/operator"
 )
 
-// TestSingleCopyReplicationNeedsFlag: --schema-replication that keeps 1 copy of each lock is
-// refused, with a message naming --allow-single-replica, unless that flag is given or the operator
-// creates no schema (--ensure-schema=false). A unit test of the flag parser: nothing is started.
+// TestSingleCopyReplicationNeedsFlag: --cassandra-schema-replication that keeps 1 copy of each lock is
+// refused, with a message naming --cassandra-allow-single-replica, unless that flag is given or the operator
+// creates no schema (--cassandra-ensure-schema=false). A unit test of the flag parser: nothing is started.
 func TestSingleCopyReplicationNeedsFlag(t *testing.T) {
 	env := func(string) string { return "baton-system" }
 	base := []string{"--sidecar-image=baton:dev"}
@@ -29,7 +29,7 @@ func TestSingleCopyReplicationNeedsFlag(t *testing.T) {
 		{operator.DefaultSchemaReplication, ""},
 	} {
 		t.Run(tc.replication, func(t *testing.T) {
-			args := append(base[:len(base):len(base)], "--schema-replication="+tc.replication)
+			args := append(base[:len(base):len(base)], "--cassandra-schema-replication="+tc.replication)
 			_, err := operator.ParseOptions(args, env)
 			if tc.single == "" {
 				if err != nil {
@@ -37,17 +37,17 @@ func TestSingleCopyReplicationNeedsFlag(t *testing.T) {
 				}
 				return
 			}
-			want := "--schema-replication=" + tc.replication + " keeps only 1 copy of each lock (replication factor 1 at: " + tc.single + ")"
-			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--allow-single-replica") {
-				t.Fatalf("got %v, want an error containing %q and naming --allow-single-replica", err, want)
+			want := "--cassandra-schema-replication=" + tc.replication + " keeps only 1 copy of each lock (replication factor 1 at: " + tc.single + ")"
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--cassandra-allow-single-replica") {
+				t.Fatalf("got %v, want an error containing %q and naming --cassandra-allow-single-replica", err, want)
 			}
-			for _, extra := range []string{"--allow-single-replica", "--ensure-schema=false"} {
+			for _, extra := range []string{"--cassandra-allow-single-replica", "--cassandra-ensure-schema=false"} {
 				o, err := operator.ParseOptions(append(args, extra), env)
 				if err != nil {
 					t.Errorf("with %s: %v", extra, err)
 				}
-				if extra == "--allow-single-replica" && !o.AllowSingleReplica {
-					t.Errorf("--allow-single-replica did not set AllowSingleReplica")
+				if extra == "--cassandra-allow-single-replica" && !o.AllowSingleReplica {
+					t.Errorf("--cassandra-allow-single-replica did not set AllowSingleReplica")
 				}
 			}
 		})

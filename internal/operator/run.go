@@ -174,7 +174,7 @@ func addControllers(mgr ctrl.Manager, o Options, defaults cassandrastore.Credent
 	stores.Pool = pool
 	if defaults.Username == "" && (defaults.TLS == nil || len(defaults.TLS.Cert) == 0) && !o.AllowAnonymousCassandra {
 		log.Info("no Cassandra credentials of the operator's own: every DistributedLock must name its own " +
-			"(start with --allow-anonymous-cassandra for a Cassandra without authentication)")
+			"(start with --cassandra-allow-anonymous for a Cassandra without authentication)")
 	}
 	metrics := controllers.NewMetrics()
 	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
@@ -362,7 +362,7 @@ func metricsOptions(o Options) metricsserver.Options {
 	return m
 }
 
-// ensureSchema is the pool's schema option: with --ensure-schema, the schema of the connections
+// ensureSchema is the pool's schema option: with --cassandra-ensure-schema, the schema of the connections
 // for which only says so.
 func ensureSchema(o Options, only func(cassandrastore.Connection) bool) storepool.Option {
 	if !o.EnsureSchema {

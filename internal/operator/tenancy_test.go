@@ -36,7 +36,7 @@ func TestNoSchemaInAForeignKeyspace(t *testing.T) {
 	if err == nil {
 		t.Errorf("the operator created keyspace %s (replication %v) for a DistributedLock in namespace %s", foreign, replication, ns)
 	}
-	// The operator runs with --allow-anonymous-cassandra (the local node has no authentication), so
+	// The operator runs with --cassandra-allow-anonymous (the local node has no authentication), so
 	// it does connect; it reports the missing schema.
 	c := waitCondition(t, env, ns, "elsewhere", batonv1.ConditionStoreReachable, metav1.ConditionFalse, controllers.ReasonStoreUnreachable)
 	if !strings.Contains(c.Message, foreign) {

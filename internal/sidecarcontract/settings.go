@@ -11,13 +11,14 @@ import (
 
 // Setting is one sidecar setting, named by its flag (without the dashes). Every setting is also
 // an environment variable (Env), which is what the injecting webhook sets; a flag wins over its
-// variable.
+// variable. The flag is the variable's name without BATON_, in lower case with dashes, and the
+// operator's flag for the same setting has the same name.
 type Setting string
 
 // The sidecar's settings.
 const (
 	LockName      Setting = "lock-name"
-	LockIDs       Setting = "locks"
+	LockIDs       Setting = "lock-ids"
 	Mode          Setting = "mode"
 	Lease         Setting = "lease"
 	Scope         Setting = "scope"
@@ -28,10 +29,10 @@ const (
 	Handoff Setting = "handoff"
 
 	CassandraHosts    Setting = "cassandra-hosts"
-	Keyspace          Setting = "keyspace"
-	LocalDC           Setting = "local-dc"
-	Consistency       Setting = "consistency"
-	SerialConsistency Setting = "serial-consistency"
+	Keyspace          Setting = "cassandra-keyspace"
+	LocalDC           Setting = "cassandra-local-dc"
+	Consistency       Setting = "cassandra-consistency"
+	SerialConsistency Setting = "cassandra-serial-consistency"
 	UsernameFile      Setting = "cassandra-username-file"
 	PasswordFile      Setting = "cassandra-password-file"
 	TLSCA             Setting = "cassandra-tls-ca"
@@ -101,6 +102,16 @@ var table = []row{
 	{Kubeconfig, "BATON_KUBECONFIG", "kubeconfig for running outside a cluster (default: in-cluster config)", ""},
 }
 
+// oldFlags are the names some settings' flags had before they were named after their variables;
+// Register still accepts them, as deprecated aliases.
+var oldFlags = map[Setting]string{
+	LockIDs:           "locks",
+	Keyspace:          "keyspace",
+	LocalDC:           "local-dc",
+	Consistency:       "consistency",
+	SerialConsistency: "serial-consistency",
+}
+
 // rows indexes table by setting.
 var rows = func() map[Setting]row {
 	m := make(map[Setting]row, len(table))
@@ -129,6 +140,10 @@ func CassandraSettings() []Setting {
 // Flag returns the setting's flag, without the dashes.
 func (s Setting) Flag() string { return string(s) }
 
+// OldFlag returns the deprecated name the setting's flag had before it was named after its
+// variable, without the dashes; "" when it had none. Register accepts it.
+func (s Setting) OldFlag() string { return oldFlags[s] }
+
 // Env returns the setting's environment variable.
 func (s Setting) Env() string { return rows[s].env }
 
@@ -144,16 +159,21 @@ func (s Setting) String() string { return fmt.Sprintf("--%s (%s)", s.Flag(), s.E
 // Values reads settings from their flags, then their environment variables, then their defaults.
 type Values struct {
 	flags  map[Setting]*string
+	old    map[Setting]*string // the deprecated aliases' values
 	getenv func(string) string
 }
 
 // Register defines a string flag on fs for each of settings. After fs.Parse, the returned Values
 // answer with the flag when it was given, else with the environment variable from getenv, else
-// with the default.
+// with the default. A setting whose flag was renamed also gets its old flag, marked deprecated in
+// its usage; the new flag wins over the old one.
 func Register(fs *flag.FlagSet, getenv func(string) string, settings ...Setting) *Values {
-	v := &Values{flags: make(map[Setting]*string, len(settings)), getenv: getenv}
+	v := &Values{flags: make(map[Setting]*string, len(settings)), old: map[Setting]*string{}, getenv: getenv}
 	for _, s := range settings {
 		v.flags[s] = fs.String(s.Flag(), "", s.Usage()+" (env "+s.Env()+")")
+		if old, ok := oldFlags[s]; ok {
+			v.old[s] = fs.String(old, "", "deprecated: use --"+s.Flag())
+		}
 	}
 	return v
 }
@@ -161,7 +181,10 @@ func Register(fs *flag.FlagSet, getenv func(string) string, settings ...Setting)
 // Get returns the value of s, without surrounding white space: its flag when given, else its
 // environment variable, else its default. A setting that was not registered has no flag.
 func (v *Values) Get(s Setting) string {
-	if f := v.flags[s]; f != nil {
+	for _, f := range []*string{v.flags[s], v.old[s]} {
+		if f == nil {
+			continue
+		}
 		if x := strings.TrimSpace(*f); x != "" {
 			return x
 		}
@@ -176,6 +199,9 @@ func (v *Values) Get(s Setting) string {
 func WriteUsage(w io.Writer, settings ...Setting) {
 	for _, s := range settings {
 		usage := s.Usage()
+		if old := s.OldFlag(); old != "" {
+			usage += " (--" + old + ": deprecated alias)"
+		}
 		if d := s.Default(); d != "" {
 			usage += " (default " + d + ")"
 		}

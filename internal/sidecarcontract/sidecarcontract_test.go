@@ -179,3 +179,29 @@ func TestPodOfOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestOneNamePerSetting: a setting's flag is its environment variable without BATON_, in lower
+// case with dashes (BATON_CASSANDRA_LOCAL_DC: --cassandra-local-dc), as the operator's flags for
+// the same settings are named; the names they had before stay as deprecated aliases.
+func TestOneNamePerSetting(t *testing.T) {
+	for _, s := range Settings() {
+		if want := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.Env(), "BATON_")), "_", "-"); s.Flag() != want {
+			t.Errorf("setting %s: flag --%s, want --%s after its variable", s, s.Flag(), want)
+		}
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	v := Register(fs, func(string) string { return "" }, Settings()...)
+	if err := fs.Parse([]string{"--locks=a,b", "--keyspace=ks", "--local-dc=eu", "--consistency=ALL", "--serial-consistency=LOCAL_SERIAL"}); err != nil {
+		t.Fatalf("the old flag names: %v", err)
+	}
+	for s, want := range map[Setting]string{LockIDs: "a,b", Keyspace: "ks", LocalDC: "eu", Consistency: "ALL", SerialConsistency: "LOCAL_SERIAL"} {
+		if got := v.Get(s); got != want {
+			t.Errorf("Get(%s) after its old flag = %q, want %q", s, got, want)
+		}
+		if f := fs.Lookup(map[Setting]string{LockIDs: "locks", Keyspace: "keyspace", LocalDC: "local-dc", Consistency: "consistency", SerialConsistency: "serial-consistency"}[s]); f == nil ||
+			!strings.Contains(f.Usage, "deprecated") || !strings.Contains(f.Usage, "--"+s.Flag()) {
+			t.Errorf("old flag of %s: %+v; want its usage to say deprecated, use --%s", s, f, s.Flag())
+		}
+	}
+}

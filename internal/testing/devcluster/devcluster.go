@@ -153,8 +153,8 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		"--cassandra-hosts=" + strings.Join(o.CassandraHosts, ","),
 		"--cassandra-keyspace=" + o.Keyspace,
 		// The local Cassandra runs without authentication, often on one node.
-		"--allow-anonymous-cassandra",
-		"--schema-replication={'class': 'SimpleStrategy', 'replication_factor': 1}", "--allow-single-replica",
+		"--cassandra-allow-anonymous",
+		"--cassandra-schema-replication={'class': 'SimpleStrategy', 'replication_factor': 1}", "--cassandra-allow-single-replica",
 		"--webhook-port=" + strconv.Itoa(webhookPort),
 		"--webhook-cert-dir=" + certDir,
 		"--webhook-extra-dns-names=localhost",

@@ -11,8 +11,17 @@ TESTFLAGS ?=
 # Go's fuzzing coordinator at its deadline and fails now and then with a bare "context deadline
 # exceeded" and no failing input (golang/go#75804). FUZZTIME=30s (or 2000000x) overrides them all.
 FUZZTIME  ?=
-# The one build command; the Dockerfile runs exactly this line (make check verifies it).
-BUILD     := CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/ ./cmd/...
+# The release and commit every binary states for --version, set with -X in internal/version
+# (make build VERSION=v1.2.3 COMMIT=$(git rev-parse HEAD); make release sets both). Left empty,
+# the binaries state what the go command stamped: a pseudo-version and the commit in a git
+# checkout, "devel commit unknown" without one. Exported: the BUILD line reads them from its shell,
+# as the Dockerfile's RUN line reads its build arguments VERSION and COMMIT.
+VERSION   ?=
+COMMIT    ?=
+export VERSION COMMIT
+# The one build command; the Dockerfile runs exactly this line (make check verifies it). $$ is
+# make's escape for the shell's $.
+BUILD     := CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/baton-dev/baton/internal/version.release=$${VERSION} -X github.com/baton-dev/baton/internal/version.commit=$${COMMIT}" -o bin/ ./cmd/...
 
 .PHONY: help
 help: ## list targets

@@ -73,6 +73,8 @@ type options struct {
 	batonBins string
 	caBundle  string
 	goCmd     string
+	version   string
+	commit    string
 }
 
 // WithProgress sends progress lines ("imagebuild: ...") to w (default: none).
@@ -89,6 +91,13 @@ func WithBatonBinaries(dir string) Option { return func(o *options) { o.batonBin
 // WithCABundle sets the PEM file copied into the images as their CA bundle (default
 // DefaultCABundle when it exists); "" builds them without one.
 func WithCABundle(path string) Option { return func(o *options) { o.caBundle = path } }
+
+// WithVersion sets the release and commit the baton binaries state for --version, as the
+// Makefile's VERSION and COMMIT do (default: both empty, so the binaries state what the go command
+// stamped). It has no effect on binaries taken from WithBatonBinaries.
+func WithVersion(release, commit string) Option {
+	return func(o *options) { o.version, o.commit = release, commit }
+}
 
 // BuildAll builds the binaries, assembles the baton, pause and demoapp images and writes them to
 // outDir/ArchiveName, creating outDir. The binaries go to outDir/imagebin. It takes about as long
@@ -132,7 +141,7 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 	}
 	if batonBins == "" {
 		batonBins = filepath.Join(binDir, "baton")
-		if err := o.goBuild(ctx, "baton binaries "+strings.Join(names, ", "), batonBuildArgs(batonBins+"/")); err != nil {
+		if err := o.goBuild(ctx, "baton binaries "+strings.Join(names, ", "), batonBuildArgs(batonBins+"/", o.version, o.commit)); err != nil {
 			return Result{}, err
 		}
 	} else {
@@ -209,10 +218,21 @@ func BatonBinaries(srcDir string) ([]string, error) {
 	return names, nil
 }
 
+// VersionPackage is the package whose release and commit variables the build sets with -X.
+const VersionPackage = "github.com/baton-dev/baton/internal/version"
+
 // batonBuildArgs is the Makefile's BUILD line (environment CGO_ENABLED=0, see goBuild) with its
-// output directory replaced by outDir, which must end in a slash.
-func batonBuildArgs(outDir string) []string {
-	return []string{"build", "-trimpath", "-ldflags=-s -w", "-o", outDir, batonPkgs}
+// output directory replaced by outDir, which must end in a slash, and its VERSION and COMMIT by
+// release and commit.
+func batonBuildArgs(outDir, release, commit string) []string {
+	return []string{"build", "-trimpath", "-ldflags=" + VersionLDFlags(release, commit), "-o", outDir, batonPkgs}
+}
+
+// VersionLDFlags returns the BUILD line's -ldflags value for release and commit: stripped, with
+// both set in VersionPackage. Empty values set nothing that the binary reports (see package
+// version).
+func VersionLDFlags(release, commit string) string {
+	return "-s -w -X " + VersionPackage + ".release=" + release + " -X " + VersionPackage + ".commit=" + commit
 }
 
 // buildArgs builds one command with the flags of the BUILD line.

@@ -103,16 +103,7 @@ func WithVersion(release, commit string) Option {
 // outDir/ArchiveName, creating outDir. The binaries go to outDir/imagebin. It takes about as long
 // as go build does; with a warm Go build cache, seconds.
 func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error) {
-	o := options{progress: io.Discard, goCmd: "go", caBundle: DefaultCABundle}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.caBundle == DefaultCABundle {
-		if _, err := os.Stat(DefaultCABundle); err != nil {
-			fmt.Fprintf(o.progress, "imagebuild: no CA bundle (%s: %v): the images cannot verify public TLS certificates\n", DefaultCABundle, err)
-			o.caBundle = ""
-		}
-	}
+	o := newOptions(opts)
 	start := time.Now()
 	outDir, err := filepath.Abs(outDir) // the go command runs in the source directory
 	if err != nil {
@@ -155,12 +146,9 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 		return Result{}, err
 	}
 
-	var bundle []byte
-	if o.caBundle != "" {
-		if bundle, err = os.ReadFile(o.caBundle); err != nil {
-			return Result{}, fmt.Errorf("imagebuild: read the CA bundle: %w", err)
-		}
-		fmt.Fprintf(o.progress, "imagebuild: CA bundle from %s\n", o.caBundle)
+	bundle, err := o.readCABundle()
+	if err != nil {
+		return Result{}, err
 	}
 	specs := []struct {
 		tag  string
@@ -181,7 +169,9 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 		if err != nil {
 			return Result{}, err
 		}
-		if desc.SBOM, err = writeSBOM(filepath.Join(outDir, SBOMDir), desc, s.spec); err != nil {
+		repo := s.tag[:strings.LastIndex(s.tag, ":")]
+		desc.SBOM = filepath.Join(outDir, SBOMDir, path.Base(repo)+SBOMSuffix)
+		if err := writeSBOM(desc.SBOM, desc, s.spec); err != nil {
 			return Result{}, err
 		}
 		tagged = append(tagged, ociimage.Tagged{Image: img, Tags: []string{s.tag}})
@@ -192,6 +182,35 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 	}
 	fmt.Fprintf(o.progress, "imagebuild: wrote %s and the SBOMs in %s in %.1fs\n", res.Archive, filepath.Join(outDir, SBOMDir), time.Since(start).Seconds())
 	return res, nil
+}
+
+// newOptions applies opts to the defaults. The default CA bundle is dropped, with a progress
+// line, when the host has none.
+func newOptions(opts []Option) options {
+	o := options{progress: io.Discard, goCmd: "go", caBundle: DefaultCABundle}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.caBundle == DefaultCABundle {
+		if _, err := os.Stat(DefaultCABundle); err != nil {
+			fmt.Fprintf(o.progress, "imagebuild: no CA bundle (%s: %v): the images cannot verify public TLS certificates\n", DefaultCABundle, err)
+			o.caBundle = ""
+		}
+	}
+	return o
+}
+
+// readCABundle returns the CA bundle's content, nil when there is none.
+func (o *options) readCABundle() ([]byte, error) {
+	if o.caBundle == "" {
+		return nil, nil
+	}
+	bundle, err := os.ReadFile(o.caBundle)
+	if err != nil {
+		return nil, fmt.Errorf("imagebuild: read the CA bundle: %w", err)
+	}
+	fmt.Fprintf(o.progress, "imagebuild: CA bundle from %s\n", o.caBundle)
+	return bundle, nil
 }
 
 // BatonBinaries returns the names of the binaries the Makefile's BUILD line makes in module root
@@ -270,10 +289,10 @@ func moduleRoot(ctx context.Context, goCmd string) (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// writeSBOM writes the CycloneDX SBOM of the image desc built from spec into dir and returns its
-// path. Every executable file of the spec read from disk (Source) is taken for a Go binary;
+// writeSBOM writes the CycloneDX SBOM of the image desc built from spec to file p, creating its
+// directory. Every executable file of the spec read from disk (Source) is taken for a Go binary;
 // files given as Data (passwd, the CA bundle) are not listed.
-func writeSBOM(dir string, desc Image, spec ociimage.Spec) (string, error) {
+func writeSBOM(p string, desc Image, spec ociimage.Spec) error {
 	img := sbom.Image{Ref: desc.Tag, Digest: desc.Digest, ID: desc.ID}
 	for _, f := range spec.Files {
 		if f.Source != "" && !f.IsDir() && f.Mode&0o111 != 0 {
@@ -282,17 +301,15 @@ func writeSBOM(dir string, desc Image, spec ociimage.Spec) (string, error) {
 	}
 	bom, err := sbom.New(img)
 	if err != nil {
-		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+		return fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
 	}
-	repo := desc.Tag[:strings.LastIndex(desc.Tag, ":")]
-	p := filepath.Join(dir, path.Base(repo)+SBOMSuffix)
 	if err := sbom.WriteFile(p, bom); err != nil {
-		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+		return fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
 	}
-	return p, nil
+	return nil
 }
 
 // describe returns the digests and size of img.

@@ -158,7 +158,7 @@ func setUpTenant(t *testing.T, ctx context.Context, cl *localcassandra.Cluster, 
 		fmt.Sprintf("GRANT SELECT ON KEYSPACE %s TO %s", authKeyspace, role),
 		fmt.Sprintf("GRANT MODIFY ON KEYSPACE %s TO %s", authKeyspace, role),
 	} {
-		if err := s.Query(q).WithContext(ctx).Exec(); err != nil {
+		if err := s.Query(q).ExecContext(ctx); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}

@@ -57,6 +57,12 @@ const (
 	// contact point off its allow-list, a Secret without the opt-in label, no credentials); it
 	// makes no connection (see PoolSource).
 	ReasonConnectionNotAllowed = "ConnectionNotAllowed"
+	// ReasonAuthenticationFailed: Cassandra refused the lock's own login (or client certificate),
+	// which its sidecars use too: they refuse to start with the same error.
+	ReasonAuthenticationFailed = "AuthenticationFailed"
+	// ReasonServerNotTrusted: a Cassandra server's certificate does not verify against the lock's
+	// CA and server name, which its sidecars use too.
+	ReasonServerNotTrusted = "ServerNotTrusted"
 )
 
 // DefaultStatusInterval is how often the reconciler re-reads the lock store when nothing in
@@ -297,6 +303,14 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 		reason, ready = ReasonConnectionNotAllowed, "the operator refuses this lock's Cassandra connection; StoreReachable says why"
 		announce = was == nil || was.Reason != ReasonConnectionNotAllowed
 		log.Info("lock store connection not allowed; not connecting", "err", msg)
+	} else if errors.Is(err, cassandrastore.ErrAuthentication) {
+		reason, ready = ReasonAuthenticationFailed, "Cassandra refuses this lock's credentials, which its sidecars use too: they refuse to start; StoreReachable says why"
+		announce = was == nil || was.Reason != ReasonAuthenticationFailed
+		log.Info("lock store refused the lock's login", "err", msg)
+	} else if errors.Is(err, cassandrastore.ErrServerNotTrusted) {
+		reason, ready = ReasonServerNotTrusted, "the Cassandra servers' certificates do not verify with this lock's CA and server name, which its sidecars use too: they refuse to start; StoreReachable says why"
+		announce = was == nil || was.Reason != ReasonServerNotTrusted
+		log.Info("lock store certificate not trusted", "err", msg)
 	} else {
 		log.Info("lock store unreachable", "err", msg)
 	}

@@ -245,10 +245,16 @@ func shutdown(ctx context.Context, opts Options, gate *Gate, stopGate func(), ho
 	return nil
 }
 
-// connect opens a Cassandra session, retrying with backoff and a log line per attempt.
+// connect opens a Cassandra session, retrying with backoff and a log line per attempt, except
+// when Cassandra refuses the login or its certificate does not verify
+// (cassandrastore.IsPermanentConnectError): that ends the sidecar at once, with what to change.
 func connect(ctx context.Context, cc *gocql.ClusterConfig, log logr.Logger) (*gocql.Session, error) {
-	session, err := retry(ctx, log, fmt.Sprintf("Cassandra at %v not reachable yet, retrying", cc.Hosts), cc.CreateSession,
-		func(error) bool { return true })
+	session, err := retry(ctx, log, fmt.Sprintf("Cassandra at %v not reachable yet, retrying", cc.Hosts),
+		func() (*gocql.Session, error) { return cassandrastore.CreateSession(cc) },
+		func(err error) bool { return !cassandrastore.IsPermanentConnectError(err) })
+	if cassandrastore.IsPermanentConnectError(err) {
+		return nil, fmt.Errorf("sidecar: refusing to start: connecting to Cassandra at %v: %w", cc.Hosts, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: connecting to Cassandra at %v: %w", cc.Hosts, err)
 	}

@@ -230,15 +230,21 @@ type DistributedLockSpec struct {
 	// +optional
 	Handoff HandoffPolicy `json:"handoff,omitempty"`
 
-	// cassandra overrides the operator's default lock store connection, field by field: a field
-	// left out keeps the operator's value.
+	// cassandra is this lock's Cassandra connection, made by its sidecars and, to report status,
+	// by the operator. contactPoints, keyspace, localDC, consistency and serialConsistency left out
+	// keep the operator's defaults; tlsServerName left out keeps the operator's only while the
+	// contact points are the operator's. Credentials never come from the operator: without
+	// credentialsSecretRef (or a client certificate in tlsSecretRef) the sidecars connect without
+	// a login, which the operator and its webhook refuse unless it runs with
+	// --cassandra-allow-anonymous. TLS is on only with tlsSecretRef.
 	// +optional
 	Cassandra *CassandraConnection `json:"cassandra,omitempty"`
 }
 
-// CassandraConnection overrides the lock store connection. Every field is optional and falls back
-// to the operator's default. The CRD does not check that Secrets exist or that hosts resolve; the
-// StoreReachable condition reports that.
+// CassandraConnection is a lock's Cassandra connection. Every field is optional. The connection
+// settings fall back to the operator's defaults; the Secrets do not: the operator's own
+// credentials and TLS material never reach a sidecar. The CRD does not check that Secrets exist or
+// that hosts resolve; the StoreReachable condition reports that.
 // +kubebuilder:validation:XValidation:rule="!has(self.consistency) || self.consistency != 'LOCAL_QUORUM' || has(self.localDC)",message="consistency LOCAL_QUORUM needs cassandra.localDC"
 // +kubebuilder:validation:XValidation:rule="!has(self.serialConsistency) || self.serialConsistency != 'LOCAL_SERIAL' || has(self.localDC)",message="serialConsistency LOCAL_SERIAL needs cassandra.localDC"
 type CassandraConnection struct {
@@ -277,10 +283,11 @@ type CassandraConnection struct {
 	SerialConsistency SerialConsistency `json:"serialConsistency,omitempty"`
 
 	// credentialsSecretRef names a Secret in the DistributedLock's namespace holding the Cassandra
-	// username and password. The operator uses it only if it carries the label
-	// baton.dev/cassandra-secret=true. Without credentials here, the operator uses its own only for
-	// its own keyspaces on its own contact points, and otherwise refuses the lock unless it runs
-	// with --cassandra-allow-anonymous.
+	// username and password that the sidecars (and the operator, for this lock's status) log in
+	// with. The operator and its webhook use it only if it carries the label
+	// baton.dev/cassandra-secret=true. Without it, and without a client certificate in
+	// tlsSecretRef, the lock is refused (StoreReachable False, reason ConnectionNotAllowed) and its
+	// pods are not admitted, unless the operator runs with --cassandra-allow-anonymous.
 	// +optional
 	CredentialsSecretRef *CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
 
@@ -290,6 +297,17 @@ type CassandraConnection struct {
 	// baton.dev/cassandra-secret=true.
 	// +optional
 	TLSSecretRef *TLSSecretRef `json:"tlsSecretRef,omitempty"`
+
+	// tlsServerName is the name the sidecars and the operator verify in the Cassandra servers'
+	// certificates, when it is not the contact point dialled (e.g. every node's certificate names
+	// cassandra.db.svc). Used only with tlsSecretRef. Left out: the operator's default
+	// (--cassandra-tls-server-name, chart cassandra.tls.serverName) while contactPoints is left
+	// out, otherwise the host dialled.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-.a-zA-Z0-9]*[a-zA-Z0-9])?$`
+	TLSServerName string `json:"tlsServerName,omitempty"`
 }
 
 // CredentialsSecretRef names a Secret and the keys in it that hold Cassandra credentials.

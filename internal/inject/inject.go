@@ -449,6 +449,9 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 				corev1.EnvVar{Name: sidecarcontract.TLSCert.Env(), Value: path.Join(TLSDir, cmp.Or(ref.CertKey, "tls.crt"))},
 				corev1.EnvVar{Name: sidecarcontract.TLSKey.Env(), Value: path.Join(TLSDir, cmp.Or(ref.KeyKey, "tls.key"))},
 			)
+			if name := s.conn.TLSServerName; name != "" {
+				s.fileEnv = append(s.fileEnv, corev1.EnvVar{Name: sidecarcontract.TLSServerName.Env(), Value: name})
+			}
 		}
 	}
 	c := s.conn

@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard()) // the clients' package-level logger; the tests log what matters
 	code := m.Run()
 	kubeB.Stop()
+	authCassandra.stop()
 	cassandra.Stop()
 	node.Stop()
 	os.Exit(code)
@@ -81,8 +82,10 @@ func batonCluster(t *testing.T) cluster {
 			return
 		}
 		start := time.Now()
+		// A lock may name the auth+TLS Cassandra (TestAuthAndTLSCassandra) besides the default one.
 		out, err := batonnode.Install(context.Background(), batonnode.Chart{Helm: helm, Dir: rel.Chart, ChartImage: true, Node: n,
-			Hosts: hosts, GlobalNamespaces: append(slices.Clone(cronNamespaces), clustersNamespace), MetricsPort: sidecarMetricsPort})
+			Hosts: hosts, AllowedHosts: append(slices.Clone(hosts), authCassandra.host()),
+			GlobalNamespaces: append(slices.Clone(cronNamespaces), clustersNamespace), MetricsPort: sidecarMetricsPort})
 		if err != nil {
 			installErr = fmt.Errorf("%w\n%s\noperator log: %s", err, out, operatorLogs(n, c.kubectl))
 			return

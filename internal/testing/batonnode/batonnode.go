@@ -93,6 +93,9 @@ type Chart struct {
 	Dir   string // the chart's directory, charts/baton, or a packaged chart (.tgz)
 	Node  *localnode.Node
 	Hosts []string // the operator's default Cassandra contact points, reachable from pods
+	// AllowedHosts is the chart's cassandra.allowedHosts: the contact points a DistributedLock may
+	// name (empty: Hosts only).
+	AllowedHosts []string
 	// GlobalNamespaces may use scope: Global locks.
 	GlobalNamespaces []string
 	// MetricsPort is the chart's sidecar.metricsPort: the port on each pod's IP where sidecars
@@ -132,6 +135,9 @@ func Install(ctx context.Context, c Chart) ([]byte, error) {
 	}
 	if len(c.GlobalNamespaces) > 0 {
 		args = append(args, "--set", "globalNamespaces={"+strings.Join(c.GlobalNamespaces, ",")+"}")
+	}
+	if len(c.AllowedHosts) > 0 {
+		args = append(args, "--set", "cassandra.allowedHosts={"+strings.Join(c.AllowedHosts, ",")+"}")
 	}
 	if c.MetricsPort != 0 {
 		args = append(args, "--set", fmt.Sprintf("sidecar.metricsPort=%d", c.MetricsPort))

@@ -151,7 +151,7 @@ shutdownGracePeriod: 0s
 protectKernelDefaults: false
 maxPods: 110
 podLogsDir: %[5]s
-`, containerdSocket, spec.IP, caFile, certDir, podLogsDir)
+%[6]s`, containerdSocket, spec.IP, caFile, certDir, podLogsDir, cgroupRootLine(spec.CgroupRoot))
 }
 
 // kubeProxyConfig runs kube-proxy in iptables mode for the node: its name and address, health
@@ -176,7 +176,7 @@ conntrack:
   tcpCloseWaitTimeout: 0s
 iptables:
   localhostNodePorts: false
-`, kubeconfigFile, spec.Name, PodSubnet, spec.IP, spec.HealthzIP, spec.HealthzIP, spec.IP)
+`, kubeconfigFile, spec.Name, spec.ClusterCIDR, spec.IP, spec.HealthzIP, spec.HealthzIP, spec.IP)
 }
 
 // flags renders name=value pairs as --name=value arguments, in the order given.
@@ -189,4 +189,12 @@ func flags(pairs ...string) []string {
 		args = append(args, "--"+pairs[i]+"="+pairs[i+1])
 	}
 	return args
+}
+
+// cgroupRootLine is the kubelet configuration's cgroupRoot line, or nothing for the default.
+func cgroupRootLine(root string) string {
+	if root == "" {
+		return ""
+	}
+	return fmt.Sprintf("cgroupRoot: %s\n", root)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -112,6 +113,47 @@ func (s *sandbox) run(ctx context.Context, argv ...string) ([]byte, error) {
 		return out, fmt.Errorf("localnode: in %s: %s: %w: %s", s.name, strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
 	}
 	return out, nil
+}
+
+// privatePaths are the host paths a node's containerd or kubelet writes and cannot be told to
+// move, each replaced inside the sandbox by a directory of the node's own (design §5):
+// containerd's shim sockets (/run/containerd/s, on a tmpfs that dies with the mount namespace),
+// libcni's result cache, the kubelet's device-plugin socket directory and its links to pod logs.
+// The directories of the node's own are below dir/private, named by the last element.
+var privatePaths = []struct {
+	path  string
+	tmpfs bool
+}{
+	{"/run/containerd", true},
+	{"/var/lib/cni", false},
+	{"/var/lib/kubelet/device-plugins", false},
+	{"/var/log/containers", false},
+}
+
+// mountPrivate mounts privatePaths inside the sandbox: a tmpfs, or a bind mount of
+// dir/private/<last element>. A mount point missing on the host is created (an empty directory,
+// which removeHostFiles removes once empty). Nothing of it shows on the host, and it all goes
+// with the mount namespace.
+func (s *sandbox) mountPrivate(ctx context.Context, dir string) error {
+	for _, p := range privatePaths {
+		if err := os.MkdirAll(p.path, 0o755); err != nil {
+			return fmt.Errorf("localnode: %w", err)
+		}
+		if p.tmpfs {
+			if _, err := s.run(ctx, "mount", "-t", "tmpfs", "-o", "mode=0711", "baton-node", p.path); err != nil {
+				return err
+			}
+			continue
+		}
+		own := filepath.Join(dir, "private", filepath.Base(p.path))
+		if err := os.MkdirAll(own, 0o755); err != nil {
+			return fmt.Errorf("localnode: %w", err)
+		}
+		if _, err := s.run(ctx, "mount", "--bind", own, p.path); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // destroy kills every process of the sandbox (the holder last among equals: all at once) and

@@ -16,7 +16,8 @@ import (
 // TestSandbox runs on this machine (root): the holder's namespaces have the sandbox's host name,
 // a network with only lo and a netns other than the host's; a tmpfs mounted inside is not seen on
 // the host; a wrapped daemon keeps its pid through nsenter's exec and is in the sandbox's
-// cgroups; destroy ends the holder and the daemon and removes the cgroups.
+// cgroups; the private paths of design §5 are the node's own inside and unchanged outside;
+// destroy ends the holder and the daemon and removes the cgroups.
 func TestSandbox(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: this test creates namespaces and cgroups on this machine (make test runs it)")
@@ -73,6 +74,24 @@ func TestSandbox(t *testing.T) {
 	}
 	if m := mountsUnder(dir); len(m) > 0 {
 		t.Errorf("a mount made inside the sandbox shows on the host: %v", m)
+	}
+
+	nodeDir := t.TempDir()
+	if err := s.mountPrivate(ctx, nodeDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range privatePaths {
+		marker := filepath.Join(p.path, name)
+		if _, err := s.run(ctx, "touch", marker); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			_ = os.Remove(marker)
+			t.Errorf("%s written inside the sandbox shows on the host", marker)
+		}
+		if own := filepath.Join(nodeDir, "private", filepath.Base(p.path), name); !p.tmpfs && !fileExists(own) {
+			t.Errorf("%s written inside the sandbox is not at %s", marker, own)
+		}
 	}
 
 	w := s.wrap("sleep", "300")

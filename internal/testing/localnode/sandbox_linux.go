@@ -3,6 +3,7 @@ package localnode
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,4 +173,40 @@ func (s *sandbox) destroy() error {
 		return err
 	}
 	return killErr
+}
+
+// configureNetwork sets up the node's side of its network, inside the sandbox, once its link
+// eth0 exists (the host's side, a veth on baton0, is the caller's): spec.IP/24 on eth0 with
+// HostIP as the default route; the pod bridge with spec.PodGateway; a route to each peer's pod
+// subnet through the peer's IP on the shared link (no overlay, as kindnet does); and forwarding
+// and bridged traffic through iptables in the node's network namespace, so that kube-proxy's
+// rules apply to pods on the same bridge. It does not make the host route to the node's pods.
+func (s *sandbox) configureNetwork(ctx context.Context, spec NodeSpec, peers []NodeSpec) error {
+	pods, err := netip.ParsePrefix(spec.PodSubnet)
+	if err != nil {
+		return fmt.Errorf("localnode: %s: pod subnet: %w", spec.Name, err)
+	}
+	nodes := netip.MustParsePrefix(NodeSubnet)
+	steps := [][]string{
+		{"ip", "addr", "add", fmt.Sprintf("%s/%d", spec.IP, nodes.Bits()), "dev", "eth0"},
+		{"ip", "link", "set", "eth0", "up"},
+		{"ip", "route", "add", "default", "via", HostIP, "dev", "eth0"},
+		{"ip", "link", "add", spec.Bridge, "type", "bridge"},
+		{"ip", "addr", "add", fmt.Sprintf("%s/%d", spec.PodGateway, pods.Bits()), "dev", spec.Bridge},
+		{"ip", "link", "set", spec.Bridge, "up"},
+	}
+	for _, p := range peers {
+		if p.Name != spec.Name {
+			steps = append(steps, []string{"ip", "route", "add", p.PodSubnet, "via", p.IP, "dev", "eth0"})
+		}
+	}
+	for _, step := range steps {
+		if _, err := s.run(ctx, step...); err != nil {
+			return err
+		}
+	}
+	// /proc/sys/net follows the writer's network namespace: these change the node's only.
+	_, err = s.run(ctx, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward && "+
+		"echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables && echo 1 > /proc/sys/net/bridge/bridge-nf-call-ip6tables")
+	return err
 }

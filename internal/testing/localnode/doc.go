@@ -118,6 +118,15 @@
 // Start does the same first, for a node that was never stopped.
 // [Leftovers] lists what of all this is on the machine: empty after Stop.
 //
+// Not used by Start yet (issue 27, several nodes on one machine): the
+// pieces of a sandboxed node, each tested on its own on this machine:
+// cgroupLayout (a node's cgroup root in every hierarchy, frozen or killed
+// as one), sandbox (a holder process in fresh network, mount and UTS
+// namespaces, daemons entering them with nsenter, the host paths containerd
+// and the kubelet cannot move replaced by the node's own, the node's side of
+// the network) and sandboxedNodes (the addressing of up to [MaxNodes]
+// nodes on [NodeSubnet] with pods in [SandboxClusterCIDR]).
+//
 // What a real host needed that a stand-in would not show: the kubelet asks
 // for oom_score_adj -998 for pod sandboxes, which needs CAP_SYS_RESOURCE; a
 // sandboxed VM may not grant it even to root, and runc then fails with "can't

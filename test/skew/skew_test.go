@@ -12,6 +12,7 @@ package skew_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -79,6 +80,11 @@ func releases(t *testing.T) (previous, current string) {
 		t.Logf("sidecar of release N-1 (%.7s) ready %v after the start (cached after the first build)", previousCommit, time.Since(start).Round(time.Millisecond))
 		binaries.current, binaries.err = sidecarHere(ctx, root, binDir)
 	})
+	if errors.Is(binaries.err, errShallowClone) {
+		// Not a component the project can install: a shallow clone has no earlier release to build,
+		// and .ci/run has already tried to fetch the history. A full clone that lacks the commit fails.
+		t.Skipf("SKEW NOT TESTED: %v", binaries.err)
+	}
 	if binaries.err != nil {
 		t.Fatal(binaries.err)
 	}

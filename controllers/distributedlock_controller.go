@@ -366,8 +366,11 @@ func (r *DistributedLockReconciler) inspect(ctx context.Context, dl *batonv1.Dis
 	return out, nil
 }
 
-// rolloutSafety sets RolloutSafe from the Deployments and StatefulSets that use dl, with a
-// Warning Event when it turns False.
+// rolloutSafety sets RolloutSafe from the Deployments and StatefulSets that use dl. When a
+// workload's problem is new (not in the condition's message before), it raises a Warning Event
+// on the lock and one on the workload itself, where `kubectl describe deployment` and tools that
+// watch the workload's Events (Argo CD) show it. It does not repeat an Event while the problem
+// stays, nor withdraw one when the problem is fixed: the condition says what holds now.
 func (r *DistributedLockReconciler) rolloutSafety(ctx context.Context, dl *batonv1.DistributedLock) {
 	var deps appsv1.DeploymentList
 	var sets appsv1.StatefulSetList
@@ -378,16 +381,29 @@ func (r *DistributedLockReconciler) rolloutSafety(ctx context.Context, dl *baton
 		r.setCondition(dl, batonv1.ConditionRolloutSafe, metav1.ConditionUnknown, "ListFailed", "listing workloads: "+err.Error())
 		return
 	}
-	problems := RolloutProblems(dl, deps.Items, sets.Items)
-	if len(problems) == 0 {
+	stalls := RolloutStalls(dl, deps.Items, sets.Items)
+	if len(stalls) == 0 {
 		r.setCondition(dl, batonv1.ConditionRolloutSafe, metav1.ConditionTrue, "RolloutsProceed",
 			"no Deployment or StatefulSet using this lock would stall its rollout under the traffic policy")
 		return
 	}
+	problems := make([]string, len(stalls))
+	for i, st := range stalls {
+		problems[i] = st.Message
+	}
 	msg := strings.Join(problems, "; ")
 	was := meta.FindStatusCondition(dl.Status.Conditions, batonv1.ConditionRolloutSafe)
+	known := func(p string) bool {
+		return was != nil && was.Status == metav1.ConditionFalse && strings.Contains(was.Message, p)
+	}
 	if was == nil || was.Status != metav1.ConditionFalse || was.Message != msg {
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRolloutWouldStall, "CheckRollout", "%s", msg)
+	}
+	for _, st := range stalls {
+		if !known(st.Message) {
+			r.Recorder.Eventf(st.Workload, dl, corev1.EventTypeWarning, ReasonRolloutWouldStall, "CheckRollout",
+				"%s (DistributedLock %s, condition %s)", st.Message, dl.Name, batonv1.ConditionRolloutSafe)
+		}
 	}
 	r.setCondition(dl, batonv1.ConditionRolloutSafe, metav1.ConditionFalse, ReasonRolloutWouldStall, msg)
 }

@@ -141,9 +141,10 @@ const (
 	// ConditionStoreReachable is True when the operator reached the Cassandra lock store with
 	// this DistributedLock's connection settings at the last reconcile.
 	ConditionStoreReachable = "StoreReachable"
-	// ConditionRolloutSafe is False when a workload using this lock would stall its rollout under
-	// the ReadinessGate traffic policy (for example a Deployment whose maxUnavailable cannot
-	// absorb the NotReady standbys); the message names the setting that fixes it.
+	// ConditionRolloutSafe is False when a workload using this lock would stall its rollout
+	// because its standbys are never Ready (ReadinessGate, or an app held back in mode Blocking)
+	// and, for example, a Deployment's maxUnavailable cannot absorb them; the message names the
+	// setting that fixes it.
 	ConditionRolloutSafe = "RolloutSafe"
 )
 
@@ -175,11 +176,12 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y == x))",message="lockIds must not repeat an ID"
 	LockIDs []string `json:"lockIds"`
 
-	// mode says when the sidecar acquires the locks: Blocking (the default) acquires them at pod
-	// start and holds them, keeping the app from starting until they are held; Try acquires a
-	// lock only when the app asks, and returns at once if it is taken.
+	// mode says when the sidecar acquires the locks: Blocking acquires them at pod start and
+	// holds them, keeping the app from starting until they are held; Try acquires a lock only
+	// when the app asks, and returns at once if it is taken. Unset, the mode is Blocking, but
+	// pods of Deployments, StatefulSets and DaemonSets whose traffic policy is Label start their
+	// app at once (so that every pod is Ready and rollouts complete) while the sidecar queues.
 	// +optional
-	// +kubebuilder:default=Blocking
 	Mode LockMode `json:"mode,omitempty"`
 
 	// leaseDuration is how long a grant lasts without renewal: the sidecar renews well before it
@@ -193,11 +195,12 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="leaseDuration must be between 1s and 1h"
 	LeaseDuration *metav1.Duration `json:"leaseDuration,omitempty"`
 
-	// trafficPolicy says how Service traffic follows the holder: ReadinessGate (the default) makes
-	// only the holder Ready; Label labels pods baton.dev/role=holder|standby for a Service selector
-	// and leaves them Ready; None changes neither.
+	// trafficPolicy says how Service traffic follows the holder: ReadinessGate makes only the
+	// holder Ready; Label labels pods baton.dev/role=holder|standby for a Service selector and
+	// leaves them Ready; None changes neither. Unset, it depends on the pod's workload: Label for
+	// pods of Deployments, StatefulSets and DaemonSets, None for pods of Jobs and CronJobs,
+	// ReadinessGate for other pods.
 	// +optional
-	// +kubebuilder:default=ReadinessGate
 	TrafficPolicy TrafficPolicy `json:"trafficPolicy,omitempty"`
 
 	// scope says who shares the lock IDs: Namespace (the default) only pods in this namespace;
@@ -487,8 +490,8 @@ type DistributedLockStatus struct {
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.locks[0].holder`,description="Pod holding the first lock"
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.locks[0].token`,description="Fencing token of the first lock"
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.locks[0].waiting`,description="Contenders waiting for the first lock"
-// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1
-// +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.spec.trafficPolicy`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1,description="spec.mode; empty: the default of each pod's workload kind"
+// +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.spec.trafficPolicy`,priority=1,description="spec.trafficPolicy; empty: the default of each pod's workload kind"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DistributedLock struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -314,11 +314,10 @@ func shutdown(ctx context.Context, opts Options, gate *Gate, stopGate func(), ho
 func connect(ctx context.Context, cc *gocql.ClusterConfig, hosts string, redact func(error) error,
 	failed func(attempt int, err error), log logr.Logger) (*gocql.Session, error) {
 	session, err := retry(ctx, log, "Cassandra at "+hosts+" not reachable yet, retrying", cc.CreateSession,
-		func(err error) bool { return loginRefused(err) == "" }, failed)
-	if why := loginRefused(err); why != "" && ctx.Err() == nil {
-		return nil, fmt.Errorf("sidecar: refusing to start: Cassandra at %s %s (%w: %v); "+
-			"fix the Secret of the DistributedLock's spec.cassandra.credentialsSecretRef (%s, %s), then delete the pod",
-			hosts, why, ErrLoginRefused, redact(err), sidecarcontract.UsernameFile, sidecarcontract.PasswordFile)
+		func(err error) bool { why, _ := loginRefused(err); return why == "" }, failed)
+	if why, fix := loginRefused(err); why != "" && ctx.Err() == nil {
+		return nil, fmt.Errorf("sidecar: refusing to start: Cassandra at %s %s (%w: %v); %s (the sidecar reads them from %s and %s)",
+			hosts, why, ErrLoginRefused, redact(err), fix, sidecarcontract.UsernameFile, sidecarcontract.PasswordFile)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: connecting to Cassandra at %s: %w", hosts, redact(err))
@@ -330,26 +329,29 @@ func connect(ctx context.Context, cc *gocql.ClusterConfig, hosts string, redact 
 // the sidecar has no credentials.
 var ErrLoginRefused = errors.New("Cassandra refused the login")
 
-// loginRefused says how err is a refused login: "" when it is not. The driver flattens the
-// server's error into text (gocql: unable to create session: ...), so the text is all there is:
-// the driver's own message when the server asks for a login and the client has no authenticator,
-// and Cassandra's answer (error code 0x0100) to a wrong user name or password.
+// loginRefused says how err is a refused login (why) and what to do (fix); "" when it is not
+// one. The driver flattens the server's error into text (gocql: unable to create session: ...),
+// so the text is all there is: the driver's own message when the server asks for a login and the
+// client has no authenticator, and Cassandra's answer (error code 0x0100) to a wrong user name or
+// password.
 //
 // What it does not guarantee: an authenticator other than Cassandra's PasswordAuthenticator may
 // word its refusal otherwise; that is then retried like an unreachable node, its message shown.
-func loginRefused(err error) string {
+func loginRefused(err error) (why, fix string) {
 	if err == nil {
-		return ""
+		return "", ""
 	}
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "authentication required (using"):
-		return "requires a password login and the sidecar has no credentials"
+		return "requires a password login and the sidecar has no credentials",
+			"name a Secret with the keyspace's user name and password in the DistributedLock's spec.cassandra.credentialsSecretRef, then recreate the pod"
 	case strings.Contains(msg, "password are incorrect"), strings.Contains(msg, "Failed to login"),
 		strings.Contains(msg, "Bad credentials"):
-		return "refused the sidecar's user name or password"
+		return "refused the sidecar's user name or password",
+			"fix them in the Secret named by the DistributedLock's spec.cassandra.credentialsSecretRef; the restarted container reads them again once the kubelet has updated the mounted Secret"
 	}
-	return ""
+	return "", ""
 }
 
 // openStore opens the lock store, waiting with backoff while the keyspace lacks baton's schema:

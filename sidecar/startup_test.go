@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -119,6 +120,7 @@ func TestRunEndsOnRefusedLogin(t *testing.T) {
 					!strings.Contains(err.Error(), "credentialsSecretRef") {
 					t.Fatalf("Run: %v; want ErrLoginRefused saying %q and what to fix", err, tc.want)
 				}
+				t.Logf("Run: %v", err)
 				if tc.password != "" && strings.Contains(err.Error(), tc.password) {
 					t.Errorf("the error shows the password: %v", err)
 				}
@@ -180,4 +182,41 @@ func TestGateReportsStartup(t *testing.T) {
 	defer func() { _ = h.Shutdown(context.Background()) }()
 	start.serve(h)
 	wantCond("the condition to be the holder's once it runs", corev1.ConditionFalse, "WaitingForLock", "orders")
+}
+
+// TestStopStartingReportsTheFailure: a sidecar that gives up before its holder runs writes why
+// into the pod's condition (False, StoreRefused) before it exits; one stopped by its context
+// (SIGTERM) returns nil and writes nothing more. On client-go's fake clientset.
+func TestStopStartingReportsTheFailure(t *testing.T) {
+	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker-0"}})
+	o := testOptions(t, "worker-0", batonv1.ModeBlocking, "orders")
+	o.Pod.Namespace = "shop"
+	o.TrafficPolicy = batonv1.TrafficReadinessGate
+	o.SocketPath = filepath.Join(t.TempDir(), "baton.sock")
+	start := newStartup("connecting to Cassandra at 10.0.0.1:9042")
+	srv, _, err := serveAPI(t.Context(), o, start, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, stopGate := startGate(t.Context(), client, o, start, logr.Discard())
+	refused := fmt.Errorf("sidecar: refusing to start: Cassandra at 10.0.0.1:9042 refused the sidecar's user name or password (%w)", ErrLoginRefused)
+	if err := stopStarting(t.Context(), refused, gate, stopGate, srv, logr.Discard()); !errors.Is(err, ErrLoginRefused) {
+		t.Fatalf("stopStarting = %v, want the failure back", err)
+	}
+	pod, err := client.CoreV1().Pods("shop").Get(t.Context(), "worker-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cond corev1.PodCondition
+	for _, c := range pod.Status.Conditions {
+		if c.Type == batonv1.ConditionLockHeld {
+			cond = c
+		}
+	}
+	if cond.Status != corev1.ConditionFalse || cond.Reason != ReasonStoreRefused || cond.Message != refused.Error() {
+		t.Errorf("condition %s %s %q, want False %s %q", cond.Status, cond.Reason, cond.Message, ReasonStoreRefused, refused)
+	}
+	if _, err := sidecarclient.New(o.SocketPath).Locks(t.Context()); err == nil || errors.Is(err, sidecarclient.ErrStarting) {
+		t.Errorf("the API still answers after stopStarting: %v", err)
+	}
 }

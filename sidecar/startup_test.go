@@ -137,9 +137,10 @@ func TestRunEndsOnRefusedLogin(t *testing.T) {
 // TestGateReportsStartup: before the holder runs, the gate writes what the sidecar waits for into
 // the pod's baton.dev/lock-held condition (False, WaitingForStore) and follows each change of it;
 // after the hand-over it writes the holder's state. On client-go's fake clientset, not a real API
-// server (test/sidecar has the real one).
+// server (test/sidecar has the real one): the simple one, which builds in milliseconds where
+// NewClientset's managed-fields converter takes seconds under the race detector.
 func TestGateReportsStartup(t *testing.T) {
-	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker-0"}})
+	client := fake.NewSimpleClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker-0"}})
 	o := testOptions(t, "worker-0", batonv1.ModeBlocking, "orders")
 	o.Pod.Namespace = "shop"
 	o.TrafficPolicy = batonv1.TrafficReadinessGate
@@ -188,7 +189,7 @@ func TestGateReportsStartup(t *testing.T) {
 // into the pod's condition (False, StoreRefused) before it exits; one stopped by its context
 // (SIGTERM) returns nil and writes nothing more. On client-go's fake clientset.
 func TestStopStartingReportsTheFailure(t *testing.T) {
-	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker-0"}})
+	client := fake.NewSimpleClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "worker-0"}})
 	o := testOptions(t, "worker-0", batonv1.ModeBlocking, "orders")
 	o.Pod.Namespace = "shop"
 	o.TrafficPolicy = batonv1.TrafficReadinessGate

@@ -293,15 +293,11 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 	}
 	r.Metrics.unreachable(dl)
 	reason, ready := ReasonStoreUnreachable, "the lock store could not be read; status.locks shows the last state seen"
-	was := meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionStoreReachable)
-	announce := was != nil && was.Status == metav1.ConditionTrue
 	if errors.Is(err, cassandrastore.ErrClusterMismatch) {
 		reason, ready = ReasonClusterMismatch, "the contact points reach another Cassandra cluster than the one this lock lives on; status.locks shows the last state seen on it"
-		announce = was == nil || was.Reason != ReasonClusterMismatch
 		log.Info("lock store is another Cassandra cluster; not reading it", "err", msg)
 	} else if errors.Is(err, errConnectionNotAllowed) {
 		reason, ready = ReasonConnectionNotAllowed, "the operator refuses this lock's Cassandra connection; StoreReachable says why"
-		announce = was == nil || was.Reason != ReasonConnectionNotAllowed
 		log.Info("lock store connection not allowed; not connecting", "err", msg)
 	} else if errors.Is(err, cassandrastore.ErrAuthentication) {
 		reason, ready = ReasonAuthenticationFailed, "Cassandra refuses this lock's credentials, which its sidecars use too: they refuse to start; StoreReachable says why"
@@ -314,6 +310,11 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 	} else {
 		log.Info("lock store unreachable", "err", msg)
 	}
+	// One Warning each time the lock enters this failure: from True, from Connecting (a lock whose
+	// store never answered), or from another failure; none for the reconciles that find it still
+	// failing the same way.
+	was := meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionStoreReachable)
+	announce := was == nil || was.Status != metav1.ConditionFalse || was.Reason != reason
 	r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionFalse, reason, msg)
 	r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, reason, ready)
 	if announce {

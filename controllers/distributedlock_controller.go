@@ -301,11 +301,9 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 		log.Info("lock store connection not allowed; not connecting", "err", msg)
 	} else if errors.Is(err, cassandrastore.ErrAuthentication) {
 		reason, ready = ReasonAuthenticationFailed, "Cassandra refuses this lock's credentials, which its sidecars use too: they refuse to start; StoreReachable says why"
-		announce = was == nil || was.Reason != ReasonAuthenticationFailed
 		log.Info("lock store refused the lock's login", "err", msg)
 	} else if errors.Is(err, cassandrastore.ErrServerNotTrusted) {
 		reason, ready = ReasonServerNotTrusted, "the Cassandra servers' certificates do not verify with this lock's CA and server name, which its sidecars use too: they refuse to start; StoreReachable says why"
-		announce = was == nil || was.Reason != ReasonServerNotTrusted
 		log.Info("lock store certificate not trusted", "err", msg)
 	} else {
 		log.Info("lock store unreachable", "err", msg)

@@ -6,11 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -103,9 +99,12 @@ func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lo
 	return store, nil
 }
 
-// own returns conn with the operator's own credentials instead of the lock's.
+// own returns conn with the operator's own credentials instead of the lock's, on the operator's
+// own contact points: a lock that names one of them among other hosts does not get the operator's
+// login sent to those others.
 func (s *PoolSource) own(conn cassandrastore.Connection) cassandrastore.Connection {
 	conn.Credentials = s.Defaults
+	conn.ContactPoints = s.Config.Cassandra.ContactPoints
 	return conn
 }
 
@@ -199,7 +198,7 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 		}
 		t.TLS = tls
 	}
-	if t.TLS == nil && s.Defaults.TLS != nil && slices.Equal(t.ContactPoints, s.Config.Cassandra.ContactPoints) {
+	if t.TLS == nil && s.Defaults.TLS != nil && inject.OnOperatorServers(t.ContactPoints, s.Config.Cassandra.ContactPoints) {
 		return t, fmt.Errorf("%w: the operator reaches its Cassandra %v over TLS, and this lock's sidecars would connect without: "+
 			"put the CA that signs the servers' certificates (key ca.crt) in a Secret labelled %s=true, e.g. the credentials Secret, "+
 			"and name it in spec.cassandra.tlsSecretRef", errConnectionNotAllowed, t.ContactPoints, batonv1.LabelCassandraSecret)
@@ -213,10 +212,12 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 	return t, nil
 }
 
-// Owns says whether conn is one of the operator's own: its default contact points and one of its
-// keyspaces. Only there does it use its own credentials, to create the schema (EnsuresSchema).
+// Owns says whether conn is one of the operator's own: on its servers (any of its default contact
+// points, however spelled: inject.OnOperatorServers) and in one of its keyspaces. Only there does
+// it use its own credentials, to create the schema (EnsuresSchema), and then only on its own
+// contact points (see own), never on the other hosts conn may also name.
 func (s *PoolSource) Owns(conn cassandrastore.Connection) bool {
-	return len(conn.ContactPoints) > 0 && slices.Equal(conn.ContactPoints, s.Config.Cassandra.ContactPoints) &&
+	return inject.OnOperatorServers(conn.ContactPoints, s.Config.Cassandra.ContactPoints) &&
 		slices.Contains(s.operatorKeyspaces(), cmp.Or(conn.Keyspace, cassandrastore.DefaultKeyspace))
 }
 
@@ -245,7 +246,7 @@ func (s *PoolSource) checkContactPoints(hosts []string) error {
 	}
 	var refused []string
 	for _, h := range hosts {
-		if !slices.ContainsFunc(allowed, func(a string) bool { return normalHost(a) == normalHost(h) }) {
+		if !slices.ContainsFunc(allowed, func(a string) bool { return inject.NormalHost(a) == inject.NormalHost(h) }) {
 			refused = append(refused, h)
 		}
 	}
@@ -254,25 +255,6 @@ func (s *PoolSource) checkContactPoints(hosts []string) error {
 	}
 	return fmt.Errorf("%w: contact point(s) %v are not on the operator's allow-list %v: the operator sends credentials only to Cassandra servers "+
 		"its administrator listed (--cassandra-allowed-hosts); use those, or ask the administrator to add yours", errConnectionNotAllowed, refused, allowed)
-}
-
-// normalHost returns h as host:port for comparison, with Cassandra's port 9042 when h has none:
-// an IP address in its canonical form (IPv4-mapped IPv6 as IPv4), a name in lower case. A name's
-// trailing dot is kept: "db." is absolute, while "db" goes through the resolver's search domains
-// (the resolving pod's namespace first) and may name another host.
-func normalHost(h string) string {
-	h = strings.TrimSpace(h)
-	host, port, err := net.SplitHostPort(h)
-	if err != nil {
-		host, port = strings.Trim(h, "[]"), "9042"
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
-		port = strconv.FormatUint(n, 10)
-	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return net.JoinHostPort(ip.Unmap().String(), port)
-	}
-	return net.JoinHostPort(strings.ToLower(host), port)
 }
 
 // secret reads Secret ns/name for field (of spec.cassandra), which must carry the opt-in label. A

@@ -91,12 +91,51 @@ func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lo
 	store, err := s.Pool.Store(ctx, conn)
 	if err != nil {
 		if schemaErr != nil && errors.Is(err, cassandrastore.ErrSchema) {
-			err = fmt.Errorf("%w (the operator creates it with its own credentials, which failed: %w)", err, s.Defaults.Redact(schemaErr))
+			err = schemaNotCreated(err, s.Defaults.Redact(schemaErr))
 		}
 		// Cassandra names the user in a refused login; the error lands in status and Events.
 		return nil, conn.Redact(err)
 	}
 	return store, nil
+}
+
+// schemaNotCreated is err, the lock's own connection's (it found no schema), told with own, the
+// failure of the operator's own connection that would have created the schema. own is text only,
+// not in err's chain: Cassandra refusing the operator's login is not refusing the lock's
+// (storeFailed would report AuthenticationFailed), and its hint names the operator's settings
+// (chart values cassandra.credentials and cassandra.tls) rather than a DistributedLock's Secrets.
+func schemaNotCreated(err, own error) error {
+	return fmt.Errorf("%w (the operator creates the schema with its own connection, which failed: %s)", err, operatorConnectHint(own))
+}
+
+// operatorConnectHint is the text of err, a failure of the operator's own connection, with the
+// operator's settings to check in place of cassandrastore's hint, which names a DistributedLock's.
+// It does not redact: pass it an error without credentials in it.
+func operatorConnectHint(err error) string {
+	const settings = "the operator's chart values cassandra.credentials (user name and password) and cassandra.tls (CA, client certificate, serverName)"
+	switch {
+	case errors.Is(err, cassandrastore.ErrAuthentication):
+		return fmt.Sprintf("Cassandra refused the operator's login or client certificate: check %s: %v", settings, driverError(err))
+	case errors.Is(err, cassandrastore.ErrServerNotTrusted):
+		return fmt.Sprintf("the Cassandra server's TLS certificate is not trusted: check %s: %v", settings, driverError(err))
+	}
+	return fmt.Sprintf("%v; check %s", err, settings)
+}
+
+// driverError is the error cassandrastore.ClassifyConnectError wrapped in err (the driver's own,
+// without the classification's hint), or err when there is none.
+func driverError(err error) error {
+	for e := err; e != nil; {
+		if m, ok := e.(interface{ Unwrap() []error }); ok {
+			errs := m.Unwrap()
+			if len(errs) == 2 && (errs[0] == cassandrastore.ErrAuthentication || errs[0] == cassandrastore.ErrServerNotTrusted) {
+				return errs[1]
+			}
+			return err
+		}
+		e = errors.Unwrap(e)
+	}
+	return err
 }
 
 // own returns conn with the operator's own credentials instead of the lock's, on the operator's

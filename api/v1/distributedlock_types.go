@@ -302,10 +302,11 @@ type CassandraConnection struct {
 	TLSSecretRef *TLSSecretRef `json:"tlsSecretRef,omitempty"`
 
 	// tlsServerName is the name the sidecars and the operator verify in the Cassandra servers'
-	// certificates, when it is not the contact point dialled (e.g. every node's certificate names
-	// cassandra.db.svc). Used only with tlsSecretRef. Left out: the operator's default
-	// (--cassandra-tls-server-name, chart cassandra.tls.serverName) while contactPoints is left
-	// out, otherwise the host dialled.
+	// certificates (e.g. cassandra.db.svc when every node's certificate names it). Used only with
+	// tlsSecretRef. Left out: the operator's default (--cassandra-tls-server-name, chart
+	// cassandra.tls.serverName) on the operator's contact points, otherwise none: then each node's
+	// IP address is verified (the driver resolves contact points to IPs and dials those), so the
+	// certificates need IP SANs. Set it when they name DNS names.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

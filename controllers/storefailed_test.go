@@ -84,7 +84,7 @@ func TestStoreFailureSaysWhyAndWhen(t *testing.T) {
 			// connection would have created had its login not been refused: not this lock's
 			// credentials, but the operator's chart value.
 			name:    "no schema: the operator's login refused",
-			err:     controllers.SchemaNotCreated(lockNoSchema, operatorLoginRefused),
+			err:     controllers.SchemaNotCreated(errLockNoSchema, errOperatorLogin),
 			status:  metav1.ConditionFalse,
 			reason:  controllers.ReasonStoreUnreachable,
 			message: []string{"no keyspace baton", "cassandra.credentials", "and/or password are incorrect"},
@@ -127,8 +127,8 @@ func TestStoreFailureSaysWhyAndWhen(t *testing.T) {
 // The errors of a lock whose own connection finds no schema after the operator's own connection,
 // which would have created it, was refused its login.
 var (
-	lockNoSchema         = fmt.Errorf("Cassandra [10.0.0.1:9042] keyspace baton: %w: no keyspace baton", cassandrastore.ErrSchema)
-	operatorLoginRefused = cassandrastore.ClassifyConnectError(errors.New(
+	errLockNoSchema  = fmt.Errorf("Cassandra [10.0.0.1:9042] keyspace baton: %w: no keyspace baton", cassandrastore.ErrSchema)
+	errOperatorLogin = cassandrastore.ClassifyConnectError(errors.New(
 		"gocql: unable to create session: unable to connect to initial hosts: Provided username baton-operator and/or password are incorrect"))
 )
 
@@ -137,9 +137,9 @@ var (
 // operator's failure is only told, with the operator's settings to check, and is not in the
 // lock's error chain, where it would read as Cassandra refusing the lock's credentials.
 func TestSchemaNotCreatedIsNotTheLocksLogin(t *testing.T) {
-	for _, own := range []error{operatorLoginRefused, cassandrastore.ClassifyConnectError(errors.New(
+	for _, own := range []error{errOperatorLogin, cassandrastore.ClassifyConnectError(errors.New(
 		"gocql: unable to create session: unable to connect to initial hosts: tls: failed to verify certificate: x509: certificate signed by unknown authority"))} {
-		err := controllers.SchemaNotCreated(lockNoSchema, own)
+		err := controllers.SchemaNotCreated(errLockNoSchema, own)
 		if !errors.Is(err, cassandrastore.ErrSchema) {
 			t.Errorf("%v: not the lock's schema error", err)
 		}

@@ -250,6 +250,7 @@ type DistributedLockSpec struct {
 // that hosts resolve; the StoreReachable condition reports that.
 // +kubebuilder:validation:XValidation:rule="!has(self.consistency) || self.consistency != 'LOCAL_QUORUM' || has(self.localDC)",message="consistency LOCAL_QUORUM needs cassandra.localDC"
 // +kubebuilder:validation:XValidation:rule="!has(self.serialConsistency) || self.serialConsistency != 'LOCAL_SERIAL' || has(self.localDC)",message="serialConsistency LOCAL_SERIAL needs cassandra.localDC"
+// +kubebuilder:validation:XValidation:rule="!has(self.tlsServerName) || has(self.tlsSecretRef)",message="cassandra.tlsServerName needs cassandra.tlsSecretRef: TLS is on only with it, and without TLS no server name is verified"
 type CassandraConnection struct {
 	// contactPoints are Cassandra hosts to connect to first, each "host" or "host:port" (port
 	// 9042 when left out). At most 16. The operator connects only to contact points on its

@@ -66,15 +66,23 @@ func TestRunServesWhileStoreUnreachable(t *testing.T) {
 	stop, done := startRun(t, o)
 
 	c := sidecarclient.New(o.SocketPath)
+	// The socket answers at once: first "connecting to Cassandra at ..." while the first attempt
+	// is under way, then, once it has failed, what it waits for and the last failure.
 	var err error
 	testenv.WaitFor(t, "the sidecar to answer on its socket while Cassandra is unreachable", 10*time.Second, func() bool {
 		_, err = c.Locks(t.Context())
 		var apiErr *sidecarclient.Error
 		return errors.As(err, &apiErr)
 	})
+	if !errors.Is(err, sidecarclient.ErrStarting) {
+		t.Fatalf("GET /v1/locks while connecting: %v; want 503 starting", err)
+	}
 	want := "waiting for Cassandra at " + addr + ": "
-	if !errors.Is(err, sidecarclient.ErrStarting) || !strings.Contains(err.Error(), want) ||
-		!strings.Contains(err.Error(), "connection refused") {
+	testenv.WaitFor(t, "the sidecar's 503 to name the failed attempt", 10*time.Second, func() bool {
+		_, err = c.Locks(t.Context())
+		return err != nil && strings.Contains(err.Error(), want)
+	})
+	if !errors.Is(err, sidecarclient.ErrStarting) || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("GET /v1/locks: %v; want 503 starting saying %q and the last failure (connection refused)", err, want)
 	}
 	if ready, err := c.Ready(t.Context()); ready || err != nil {

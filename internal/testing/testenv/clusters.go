@@ -27,7 +27,6 @@ type cassandraCluster struct {
 // takes one of them.
 var cassandraClusters = []cassandraCluster{
 	{"lctest-single", 1, 9242, 7200, "internal/testing/localcassandra"},
-	{"lctest-trio", 3, 9342, 7300, "internal/testing/localcassandra"},
 	{"cstore-single", 1, 9442, 7400, "lock/cassandrastore"},
 	{"cstore-trio", 3, 9542, 7500, "lock/cassandrastore"},
 	{"sidecar-single", 1, 9742, 7800, "test/sidecar"},

@@ -15,12 +15,22 @@ import (
 )
 
 var (
-	simHistories = flag.Int("sim.histories", 20, "simulated histories per fault class (make soak uses 1000)")
+	simHistories = flag.Int("sim.histories", defaultHistories(20), "simulated histories per fault class (make soak uses 1000; 2 under -race)")
 	simSeed      = flag.Uint64("sim.seed", 0, "replay only this seed (printed by a failing history)")
 	simClass     = flag.String("sim.class", "", "run only this fault class")
 	simMutants   = flag.Int("sim.mutant-histories", 150, "histories a mutant may survive before the mutation test fails")
 	simVerbose   = flag.Bool("sim.verbose", false, "describe a failing history whole: every claim, attempt, fault and grant")
 )
+
+// defaultHistories is n, or a tenth of it under the race detector, which runs a history about
+// seven times slower: there a few histories per class show the detector every path, and make
+// test runs the full count again without it (as make soak does).
+func defaultHistories(n int) int {
+	if raceDetector {
+		return max(1, n/10)
+	}
+	return n
+}
 
 const simLease = 3 * time.Second
 

@@ -30,7 +30,18 @@ import (
 	"github.com/baton-dev/baton/sidecarclient"
 )
 
-var onePodHistories = flag.Int("onepod.histories", 20, "seeded histories of the one-pod simulation (make soak runs 1000)")
+// onePodHistories: under the race detector a tenth of the default (see raceDetector; make test
+// runs the full count again without it).
+var onePodHistories = flag.Int("onepod.histories", defaultHistories(20), "seeded histories of the one-pod simulation (make soak runs 1000; 2 under -race)")
+
+// defaultHistories is n, or a tenth of it under the race detector, which runs a history several
+// times slower.
+func defaultHistories(n int) int {
+	if raceDetector {
+		return max(1, n/10)
+	}
+	return n
+}
 
 // podClaim is one process acting as holder: from the answer that granted it the lock to the
 // earlier of its release request and the lease's end as the sidecar last reported it.

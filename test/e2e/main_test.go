@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,11 +44,20 @@ var (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard()) // the clients' package-level logger; the tests log what matters
+	restore, err := setPanicStandIn()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: set kernel.panic to a stand-in before the node: %v\n", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	kubeB.Stop()
 	authCassandra.stop()
 	cassandra.Stop()
-	node.Stop()
+	if left := checkNodeLeftNothing(); len(left) > 0 {
+		fmt.Printf("--- FAIL: TestMain: after Stop, the node left %d things on the machine:\n%s\n", len(left), strings.Join(left, "\n"))
+		code = 1
+	}
+	restore()
 	os.Exit(code)
 }
 

@@ -48,6 +48,10 @@ func (n *Node) Get(t testing.TB) *localnode.Node {
 	return n.node
 }
 
+// Started reports whether a test started the node and it came up. Call it from TestMain after
+// m.Run, like Stop.
+func (n *Node) Started() bool { return n.node != nil }
+
 // Stop stops the node if it was started and removes what it left on the machine. Call it from
 // TestMain after m.Run.
 func (n *Node) Stop() {

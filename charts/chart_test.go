@@ -752,18 +752,7 @@ func TestNotesWarnWithoutCredentials(t *testing.T) {
 		{"client certificate", []string{"cassandra.tls.secretName=cass-tls"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"install", release, chartDir, "--namespace", namespace, "--dry-run=client", "--kubeconfig", kubeconfig}
-			for _, s := range tc.set {
-				args = append(args, "--set", s)
-			}
-			out, err := helm(t, args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, notes, ok := strings.Cut(out, "NOTES:")
-			if !ok {
-				t.Fatalf("no NOTES in helm's output:\n%s", out)
-			}
+			notes := installNotes(t, kubeconfig, tc.set)
 			if tc.want == nil && strings.Contains(notes, "WARNING") {
 				t.Errorf("notes warn although the operator has credentials:\n%s", notes)
 			}
@@ -774,6 +763,24 @@ func TestNotesWarnWithoutCredentials(t *testing.T) {
 			}
 		})
 	}
+}
+
+// installNotes returns the NOTES of a client-side dry-run install with the values set.
+func installNotes(t *testing.T, kubeconfig string, set []string) string {
+	t.Helper()
+	args := []string{"install", release, chartDir, "--namespace", namespace, "--dry-run=client", "--kubeconfig", kubeconfig}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, notes, ok := strings.Cut(out, "NOTES:")
+	if !ok {
+		t.Fatalf("no NOTES in helm's output:\n%s", out)
+	}
+	return notes
 }
 
 // TestNotesExampleLockIsAccepted: the DistributedLock the install notes show would be accepted by
@@ -793,15 +800,7 @@ func TestNotesExampleLockIsAccepted(t *testing.T) {
 		{"anonymous", []string{"cassandra.allowAnonymous=true"}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"install", release, chartDir, "--namespace", namespace, "--dry-run=client", "--kubeconfig", kubeconfig}
-			for _, s := range tc.set {
-				args = append(args, "--set", s)
-			}
-			out, err := helm(t, args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, notes, _ := strings.Cut(out, "NOTES:")
+			notes := installNotes(t, kubeconfig, tc.set)
 			_, example, ok := strings.Cut(notes, "<<YAML\n")
 			if ok {
 				example, _, ok = strings.Cut(example, "\n  YAML")

@@ -43,7 +43,7 @@ func newReport(cfg Config, systems []System) *Report {
 		r.Systems = append(r.Systems, s.Name())
 		switch s := s.(type) {
 		case *Baton:
-			r.baton[s.Name()], r.hinted[s.Name()] = true, s.hinted
+			r.baton[s.Name()], r.hinted[s.Name()] = true, len(s.hinters) > 0
 		case *Sidecars:
 			r.baton[s.Name()], r.hinted[s.Name()] = true, s.cfg.HintPort > 0
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,25 +68,33 @@ func randomSuffix() string {
 }
 
 // Baton is baton's queue lock (lock.New on cassandrastore) with default options except the lease
-// and, optionally, an in-process hand-off hint shared by all its contenders.
+// and, optionally, hand-off hints.
 type Baton struct {
-	name   string
-	stores []lock.Store
-	opts   []lock.Option
-	hinted bool
+	name    string
+	stores  []lock.Store
+	hinters []lock.Hinter
+	opts    []lock.Option
 }
 
 // NewBaton returns baton's queue lock on stores (contender i uses stores[i % len]). A non-nil
 // hinter (may be nil) is shared by every contender: the in-process hand-off hint.
 func NewBaton(name string, stores []lock.Store, lease time.Duration, hinter lock.Hinter, log logr.Logger) (*Baton, error) {
+	var hinters []lock.Hinter
+	if hinter != nil {
+		hinters = []lock.Hinter{hinter}
+	}
+	return NewBatonHinters(name, stores, lease, hinters, log)
+}
+
+// NewBatonHinters is NewBaton with a hinter per process: contender i uses hinters[i % len] as
+// the sidecar of its pod would (several locks' contenders then share one, as several locks of
+// one pod share its sidecar's). No hinters: no hints.
+func NewBatonHinters(name string, stores []lock.Store, lease time.Duration, hinters []lock.Hinter, log logr.Logger) (*Baton, error) {
 	if len(stores) == 0 {
 		return nil, errors.New("compare: baton needs at least one store")
 	}
 	opts := []lock.Option{lock.WithLease(lease), lock.WithLogger(log)}
-	if hinter != nil {
-		opts = append(opts, lock.WithHinter(hinter))
-	}
-	return &Baton{name: name, stores: stores, opts: opts, hinted: hinter != nil}, nil
+	return &Baton{name: name, stores: stores, hinters: hinters, opts: opts}, nil
 }
 
 // Name implements System.
@@ -94,7 +103,7 @@ func (b *Baton) Name() string { return b.name }
 // SkipFailover implements FailoverSkipper: a killed holder sends no hint, so failover with the wake
 // hint is the same as without.
 func (b *Baton) SkipFailover() string {
-	if b.hinted {
+	if len(b.hinters) > 0 {
 		return "same as without the hint: a killed holder sends none"
 	}
 	return ""
@@ -109,7 +118,11 @@ func (b *Baton) Contender(_ context.Context, lockID string, i int) (Contender, e
 	if err != nil {
 		return nil, fmt.Errorf("compare: baton owner: %w", err)
 	}
-	l, err := lock.New(cut, owner, b.opts...)
+	opts := b.opts
+	if len(b.hinters) > 0 {
+		opts = append(slices.Clip(opts), lock.WithHinter(b.hinters[i%len(b.hinters)]))
+	}
+	l, err := lock.New(cut, owner, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("compare: baton locker: %w", err)
 	}

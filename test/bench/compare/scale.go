@@ -1,0 +1,320 @@
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/baton-dev/baton/internal/ctxtime"
+)
+
+// ScaleConfig is one run of the scale measurement: Locks locks with Contenders contenders each,
+// all at once on one system.
+type ScaleConfig struct {
+	Locks      int
+	Contenders int // per lock: a holder, the head of its queue, and Contenders-2 other waiters; at least 3
+	Lease      time.Duration
+	// Settle is how long the queues run before the window opens; Window is the measured time.
+	Settle, Window time.Duration
+	// HandOffs and Failovers are how many locks (each used once, no lock for both) measure a
+	// hand-off (the holder releases) and a crash failover (the holder dies) after the window.
+	HandOffs, Failovers int
+	// InFlight caps the acquisitions that run at once while the holders take their locks (64 when
+	// zero), so that a thousand locks do not reach the store in one burst.
+	InFlight int
+	// Requests, when set, returns the cumulative count of requests the system's server has seen
+	// (Cassandra's per-connection counters, the API server's request counter): Scale reports its
+	// rate over the window beside the contenders' own counts.
+	Requests func(ctx context.Context) (int64, error)
+	// CPU, when set, returns the cumulative CPU time of the server's processes.
+	CPU func() (time.Duration, error)
+}
+
+// RoleLoad is the store load of one role, in requests per second per contender: the mean over
+// the locks and the highest single contender.
+type RoleLoad struct {
+	Mean, Max float64
+}
+
+// ScaleResult is what one ScaleConfig run measured. Loads are -1 when the system's contenders do
+// not count their requests (client-go's election counts none: its Server figure is the API
+// server's), and Server figures are -1 when the config had no Requests or CPU.
+type ScaleResult struct {
+	System             string
+	Locks, Contenders  int
+	Lease, Window      time.Duration
+	Holder, Head, Rest RoleLoad
+	// Client is the contenders' own count, in requests per second per lock, every role.
+	Client float64
+	// Server is the server's count over the window in requests per second, all locks together;
+	// ServerPerLock divides it by Locks.
+	Server, ServerPerLock float64
+	// ServerCores is the server's CPU time over the window per second of it; CPUPerThousand is its
+	// CPU seconds per 1,000 server requests.
+	ServerCores, CPUPerThousand float64
+	// HandOff are the times from a holder's Release call to the head's grant; Failover from a
+	// holder's death (its store cut off) to the head's grant. EarlyFailovers counts heads granted
+	// before their holder was killed (the holder lost its lease on its own): not samples.
+	HandOff, Failover []time.Duration
+	EarlyFailovers    int
+	// SetUp is how long the holders and queues took to form.
+	SetUp time.Duration
+}
+
+// scaleLock is one lock of a scale run: its contenders, the holder's Holding and the waiters'
+// pending acquisitions (waiting[i] for contender i; nil for the holder).
+type scaleLock struct {
+	id          string
+	contenders  []Contender
+	counters    []RequestCounter // nil when the system does not count
+	holding     Holding
+	waiting     []<-chan acquired
+	released    bool
+	handedOffTo Holding
+}
+
+// Scale runs cfg on sys: it forms every lock's holder and queue, lets them run for cfg.Settle,
+// measures cfg.Window, then measures hand-offs and crash failovers on separate locks and releases
+// everything. A waiter granted while its holder still held is a safety violation and an error.
+func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleResult, error) {
+	if cfg.Contenders < 3 {
+		return ScaleResult{}, fmt.Errorf("compare: scale needs a holder, a head and another waiter per lock, not %d contenders", cfg.Contenders)
+	}
+	if cfg.Locks < 1 || cfg.HandOffs+cfg.Failovers > cfg.Locks {
+		return ScaleResult{}, fmt.Errorf("compare: scale over %d locks cannot sample %d hand-offs and %d failovers", cfg.Locks, cfg.HandOffs, cfg.Failovers)
+	}
+	inFlight := cfg.InFlight
+	if inFlight <= 0 {
+		inFlight = 64
+	}
+	res := ScaleResult{System: sys.Name(), Locks: cfg.Locks, Contenders: cfg.Contenders, Lease: cfg.Lease, Window: cfg.Window}
+	locks := make([]*scaleLock, cfg.Locks)
+	counting := true
+	for l := range locks {
+		sl := &scaleLock{id: fmt.Sprintf("%s-%d", run, l), waiting: make([]<-chan acquired, cfg.Contenders)}
+		locks[l] = sl
+		for i := range cfg.Contenders {
+			c, err := sys.Contender(ctx, sl.id, i)
+			if err != nil {
+				cleanUpScale(ctx, locks, cfg.Lease) // nothing waits or holds yet
+				return res, err
+			}
+			sl.contenders = append(sl.contenders, c)
+			rc, ok := c.(RequestCounter)
+			counting = counting && ok
+			sl.counters = append(sl.counters, rc)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		cleanUpScale(ctx, locks, cfg.Lease)
+	}()
+
+	// The holders, at most inFlight at a time.
+	start := time.Now()
+	var (
+		g   group
+		sem = make(chan struct{}, inFlight)
+	)
+	for _, sl := range locks {
+		g.Go(func() error {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			defer func() { <-sem }()
+			h, err := sl.contenders[0].Acquire(ctx)
+			if err != nil {
+				return fmt.Errorf("holder of %s: %w", sl.id, err)
+			}
+			sl.holding = h
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return res, err
+	}
+	// The waiters, one rank at a time: queue order is arrival order, and a rank's enqueues must
+	// land before the next rank's start. An enqueue takes milliseconds; a thousand at once take
+	// longer, hence a pause that grows with the number of locks.
+	gap := max(200*time.Millisecond, time.Duration(cfg.Locks)*2*time.Millisecond)
+	for i := 1; i < cfg.Contenders; i++ {
+		for _, sl := range locks {
+			sl.waiting[i] = acquireAsync(wctx, sl.contenders[i])
+		}
+		if err := ctxtime.Sleep(ctx, gap); err != nil {
+			return res, err
+		}
+	}
+	res.SetUp = time.Since(start)
+	if err := ctxtime.Sleep(ctx, cfg.Settle); err != nil {
+		return res, err
+	}
+
+	// The window.
+	before := snapshot(ctx, locks, cfg)
+	if err := ctxtime.Sleep(ctx, cfg.Window); err != nil {
+		return res, err
+	}
+	after := snapshot(ctx, locks, cfg)
+	if err := errors.Join(before.err, after.err); err != nil {
+		return res, err
+	}
+	for _, sl := range locks {
+		for i := 1; i < cfg.Contenders; i++ {
+			select {
+			case r := <-sl.waiting[i]:
+				if r.err == nil {
+					return res, fmt.Errorf("lock %s: waiter %d was granted the lock while its holder held it", sl.id, i)
+				}
+				return res, fmt.Errorf("lock %s: waiter %d: %w", sl.id, i, r.err)
+			default:
+			}
+		}
+	}
+	res.fillLoads(locks, before, after, cfg, counting)
+
+	// Hand-offs, one lock after another so that each sample is a hand-off and not a burst.
+	for _, sl := range locks[:cfg.HandOffs] {
+		t0 := time.Now()
+		if err := sl.holding.Release(ctx); err != nil {
+			return res, fmt.Errorf("release of %s: %w", sl.id, err)
+		}
+		sl.released = true
+		r := <-sl.waiting[1]
+		sl.waiting[1] = nil
+		if r.err != nil {
+			return res, fmt.Errorf("head of %s after the release: %w", sl.id, r.err)
+		}
+		sl.handedOffTo = r.h
+		res.HandOff = append(res.HandOff, r.at.Sub(t0))
+	}
+	// Crash failovers, all at once: each takes about a lease.
+	var mu sync.Mutex
+	for _, sl := range locks[cfg.HandOffs : cfg.HandOffs+cfg.Failovers] {
+		g.Go(func() error {
+			t0 := time.Now()
+			sl.holding.Kill()
+			sl.released = true
+			r := <-sl.waiting[1]
+			sl.waiting[1] = nil
+			if r.err != nil {
+				return fmt.Errorf("head of %s after the holder died: %w", sl.id, r.err)
+			}
+			sl.handedOffTo = r.h
+			mu.Lock()
+			defer mu.Unlock()
+			if r.at.Before(t0) {
+				res.EarlyFailovers++
+			} else {
+				res.Failover = append(res.Failover, r.at.Sub(t0))
+			}
+			return nil
+		})
+	}
+	return res, g.Wait()
+}
+
+// scaleSnapshot is the counters at one instant of a scale run.
+type scaleSnapshot struct {
+	at       time.Time
+	clients  [][]int64 // [lock][contender]
+	requests int64
+	cpu      time.Duration
+	err      error
+}
+
+func snapshot(ctx context.Context, locks []*scaleLock, cfg ScaleConfig) scaleSnapshot {
+	s := scaleSnapshot{at: time.Now(), clients: make([][]int64, len(locks))}
+	for l, sl := range locks {
+		s.clients[l] = make([]int64, len(sl.counters))
+		for i, rc := range sl.counters {
+			if rc != nil {
+				s.clients[l][i] = rc.Requests()
+			}
+		}
+	}
+	if cfg.Requests != nil {
+		n, err := cfg.Requests(ctx)
+		if err != nil {
+			s.err = errors.Join(s.err, fmt.Errorf("server request count: %w", err))
+		}
+		s.requests = n
+	}
+	if cfg.CPU != nil {
+		d, err := cfg.CPU()
+		if err != nil {
+			s.err = errors.Join(s.err, fmt.Errorf("server CPU time: %w", err))
+		}
+		s.cpu = d
+	}
+	return s
+}
+
+// fillLoads sets the loads of r from two snapshots around the window.
+func (r *ScaleResult) fillLoads(locks []*scaleLock, before, after scaleSnapshot, cfg ScaleConfig, counting bool) {
+	window := after.at.Sub(before.at).Seconds()
+	r.Holder, r.Head, r.Rest = RoleLoad{-1, -1}, RoleLoad{-1, -1}, RoleLoad{-1, -1}
+	r.Client, r.Server, r.ServerPerLock, r.ServerCores, r.CPUPerThousand = -1, -1, -1, -1, -1
+	if counting {
+		var roles [3]struct {
+			sum, max float64
+			n        int
+		}
+		var total float64
+		for l := range locks {
+			for i := range locks[l].counters {
+				rate := float64(after.clients[l][i]-before.clients[l][i]) / window
+				role := min(i, 2)
+				roles[role].sum += rate
+				roles[role].max = max(roles[role].max, rate)
+				roles[role].n++
+				total += rate
+			}
+		}
+		load := func(k int) RoleLoad { return RoleLoad{roles[k].sum / float64(roles[k].n), roles[k].max} }
+		r.Holder, r.Head, r.Rest = load(0), load(1), load(2)
+		r.Client = total / float64(len(locks))
+	}
+	if cfg.Requests != nil {
+		r.Server = float64(after.requests-before.requests) / window
+		r.ServerPerLock = r.Server / float64(len(locks))
+	}
+	if cfg.CPU != nil {
+		cpu := (after.cpu - before.cpu).Seconds()
+		r.ServerCores = cpu / window
+		if n := after.requests - before.requests; cfg.Requests != nil && n > 0 {
+			r.CPUPerThousand = cpu / float64(n) * 1000
+		}
+	}
+}
+
+// cleanUpScale waits for every waiter, whose acquisition's context the caller has cancelled,
+// releases whatever any contender holds (each within two leases) and closes the contenders.
+func cleanUpScale(ctx context.Context, locks []*scaleLock, lease time.Duration) {
+	for _, sl := range locks {
+		if sl == nil {
+			continue
+		}
+		for _, w := range sl.waiting {
+			if w == nil {
+				continue
+			}
+			// A waiter granted before the cancel (the next in line of a released lock) holds.
+			if r := <-w; r.err == nil {
+				_ = release(ctx, r.h, lease)
+			}
+		}
+		if sl.handedOffTo != nil {
+			_ = release(ctx, sl.handedOffTo, lease)
+		}
+		if sl.holding != nil && !sl.released {
+			_ = release(ctx, sl.holding, lease)
+		}
+		closeContenders(sl.contenders)
+	}
+}

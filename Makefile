@@ -250,6 +250,13 @@ bench-compare: install-deps ## the side-by-side comparison alone (about 11 min):
 	  -compare.out $(CURDIR)/docs/bench/compare.md -compare.json $(CURDIR)/docs/bench/compare.json $(COMPAREFLAGS)
 	$(GO) run ./hack/benchplots -in docs/bench/compare.json -out docs/bench
 
+.PHONY: bench-scale
+bench-scale: install-deps ## many locks at rest: N = 10, 100, 1,000 locks of 3 on a three-node Cassandra (baton, UDP hints) and on Leases (client-go, the API server); store and API load per lock, server CPU, hand-offs, failovers, a projection to 10,000 locks; docs/bench/scale.md and scale.json (SCALEFLAGS)
+	@mkdir -p docs/bench
+	$(GO) test -run '^TestScale$$' -count=1 -v -timeout 3h ./test/bench/compare/ -scale.run \
+	  -scale.out $(CURDIR)/docs/bench/scale.md -scale.json $(CURDIR)/docs/bench/scale.json $(SCALEFLAGS) 2>&1 \
+	  | grep -E --line-buffered '^(--- |ok|FAIL|panic:|cassandra |\s+\S+_test\.go:[0-9]+: )'
+
 .PHONY: build
 build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does
 	$(BUILD)

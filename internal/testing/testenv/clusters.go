@@ -38,6 +38,7 @@ var cassandraClusters = []cassandraCluster{
 	{"e2e-auth", 1, 10642, 8650, "test/e2e"},
 	{"chaos-trio", 3, 10442, 8450, "test/chaos"},
 	{"skew-single", 1, 10842, 8850, "test/skew"},
+	{"scale-trio", 3, 11042, 9050, "test/bench/compare"}, // make bench-scale only
 }
 
 // reservedCassandraPorts are ports used outside test binaries, kept out of the table's way:

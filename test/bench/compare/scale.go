@@ -28,8 +28,10 @@ type ScaleConfig struct {
 	// (Cassandra's per-connection counters, the API server's request counter): Scale reports its
 	// rate over the window beside the contenders' own counts.
 	Requests func(ctx context.Context) (int64, error)
-	// CPU, when set, returns the cumulative CPU time of the server's processes.
-	CPU func() (time.Duration, error)
+	// CPU, when set, returns the cumulative CPU time of the server's processes; IdleCores is what
+	// they use with no lock client running (measured by the caller), which CPUPerThousand leaves out.
+	CPU       func() (time.Duration, error)
+	IdleCores float64
 }
 
 // RoleLoad is the store load of one role, in requests per second per contender: the mean over
@@ -51,11 +53,12 @@ type ScaleResult struct {
 	// Server is the server's count over the window in requests per second, all locks together;
 	// ServerPerLock divides it by Locks.
 	Server, ServerPerLock float64
-	// ServerCores is the server's CPU time over the window per second of it; CPUPerThousand is its
-	// CPU seconds per 1,000 server requests.
-	ServerCores, CPUPerThousand float64
-	// HandOff are the times from a holder's Release call to the head's grant; Failover from a
-	// holder's death (its store cut off) to the head's grant. EarlyFailovers counts heads granted
+	// ServerCores is the server's CPU time over the window per second of it, IdleCores what it
+	// uses at rest (ScaleConfig.IdleCores); CPUPerThousand is its CPU seconds above idle per 1,000
+	// server requests.
+	ServerCores, IdleCores, CPUPerThousand float64
+	// HandOff are the times from a holder's Release call to a waiter's grant (the head's, in a
+	// queue); Failover from a holder's death (its store cut off) to a waiter's grant. EarlyFailovers counts heads granted
 	// before their holder was killed (the holder lost its lease on its own): not samples.
 	HandOff, Failover []time.Duration
 	EarlyFailovers    int
@@ -63,16 +66,34 @@ type ScaleResult struct {
 	SetUp time.Duration
 }
 
-// scaleLock is one lock of a scale run: its contenders, the holder's Holding and the waiters'
-// pending acquisitions (waiting[i] for contender i; nil for the holder).
+// scaleLock is one lock of a scale run: its contenders, the holder's Holding, and the waiters'
+// grants as they come (pending counts the waiters that have not answered yet). A system without a
+// queue (client-go's election) may grant any waiter, so hand-offs take the first grant, not the
+// head's.
 type scaleLock struct {
 	id          string
 	contenders  []Contender
 	counters    []RequestCounter // nil when the system does not count
 	holding     Holding
-	waiting     []<-chan acquired
+	grants      chan acquired // buffered: one per waiter
+	pending     int
 	released    bool
 	handedOffTo Holding
+}
+
+// wait starts contender i's acquisition on ctx; its result arrives on grants.
+func (sl *scaleLock) wait(ctx context.Context, i int) {
+	sl.pending++
+	go func() {
+		h, err := sl.contenders[i].Acquire(ctx)
+		sl.grants <- acquired{h, time.Now(), err}
+	}()
+}
+
+// next returns the next waiter's answer.
+func (sl *scaleLock) next() acquired {
+	sl.pending--
+	return <-sl.grants
 }
 
 // Scale runs cfg on sys: it forms every lock's holder and queue, lets them run for cfg.Settle,
@@ -93,7 +114,7 @@ func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleR
 	locks := make([]*scaleLock, cfg.Locks)
 	counting := true
 	for l := range locks {
-		sl := &scaleLock{id: fmt.Sprintf("%s-%d", run, l), waiting: make([]<-chan acquired, cfg.Contenders)}
+		sl := &scaleLock{id: fmt.Sprintf("%s-%d", run, l), grants: make(chan acquired, cfg.Contenders)}
 		locks[l] = sl
 		for i := range cfg.Contenders {
 			c, err := sys.Contender(ctx, sl.id, i)
@@ -144,7 +165,7 @@ func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleR
 	gap := max(200*time.Millisecond, time.Duration(cfg.Locks)*2*time.Millisecond)
 	for i := 1; i < cfg.Contenders; i++ {
 		for _, sl := range locks {
-			sl.waiting[i] = acquireAsync(wctx, sl.contenders[i])
+			sl.wait(wctx, i)
 		}
 		if err := ctxtime.Sleep(ctx, gap); err != nil {
 			return res, err
@@ -165,15 +186,15 @@ func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleR
 		return res, err
 	}
 	for _, sl := range locks {
-		for i := 1; i < cfg.Contenders; i++ {
-			select {
-			case r := <-sl.waiting[i]:
-				if r.err == nil {
-					return res, fmt.Errorf("lock %s: waiter %d was granted the lock while its holder held it", sl.id, i)
-				}
-				return res, fmt.Errorf("lock %s: waiter %d: %w", sl.id, i, r.err)
-			default:
+		select {
+		case r := <-sl.grants:
+			sl.pending--
+			if r.err == nil {
+				sl.handedOffTo = r.h
+				return res, fmt.Errorf("lock %s: a waiter was granted the lock while its holder held it", sl.id)
 			}
+			return res, fmt.Errorf("lock %s: a waiter: %w", sl.id, r.err)
+		default:
 		}
 	}
 	res.fillLoads(locks, before, after, cfg, counting)
@@ -185,10 +206,9 @@ func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleR
 			return res, fmt.Errorf("release of %s: %w", sl.id, err)
 		}
 		sl.released = true
-		r := <-sl.waiting[1]
-		sl.waiting[1] = nil
+		r := sl.next()
 		if r.err != nil {
-			return res, fmt.Errorf("head of %s after the release: %w", sl.id, r.err)
+			return res, fmt.Errorf("waiter of %s after the release: %w", sl.id, r.err)
 		}
 		sl.handedOffTo = r.h
 		res.HandOff = append(res.HandOff, r.at.Sub(t0))
@@ -200,10 +220,9 @@ func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleR
 			t0 := time.Now()
 			sl.holding.Kill()
 			sl.released = true
-			r := <-sl.waiting[1]
-			sl.waiting[1] = nil
+			r := sl.next()
 			if r.err != nil {
-				return fmt.Errorf("head of %s after the holder died: %w", sl.id, r.err)
+				return fmt.Errorf("waiter of %s after the holder died: %w", sl.id, r.err)
 			}
 			sl.handedOffTo = r.h
 			mu.Lock()
@@ -259,7 +278,7 @@ func snapshot(ctx context.Context, locks []*scaleLock, cfg ScaleConfig) scaleSna
 func (r *ScaleResult) fillLoads(locks []*scaleLock, before, after scaleSnapshot, cfg ScaleConfig, counting bool) {
 	window := after.at.Sub(before.at).Seconds()
 	r.Holder, r.Head, r.Rest = RoleLoad{-1, -1}, RoleLoad{-1, -1}, RoleLoad{-1, -1}
-	r.Client, r.Server, r.ServerPerLock, r.ServerCores, r.CPUPerThousand = -1, -1, -1, -1, -1
+	r.Client, r.Server, r.ServerPerLock, r.ServerCores, r.IdleCores, r.CPUPerThousand = -1, -1, -1, -1, -1, -1
 	if counting {
 		var roles [3]struct {
 			sum, max float64
@@ -286,9 +305,9 @@ func (r *ScaleResult) fillLoads(locks []*scaleLock, before, after scaleSnapshot,
 	}
 	if cfg.CPU != nil {
 		cpu := (after.cpu - before.cpu).Seconds()
-		r.ServerCores = cpu / window
+		r.ServerCores, r.IdleCores = cpu/window, cfg.IdleCores
 		if n := after.requests - before.requests; cfg.Requests != nil && n > 0 {
-			r.CPUPerThousand = cpu / float64(n) * 1000
+			r.CPUPerThousand = max(0, cpu-cfg.IdleCores*window) / float64(n) * 1000
 		}
 	}
 }
@@ -300,12 +319,9 @@ func cleanUpScale(ctx context.Context, locks []*scaleLock, lease time.Duration) 
 		if sl == nil {
 			continue
 		}
-		for _, w := range sl.waiting {
-			if w == nil {
-				continue
-			}
+		for sl.pending > 0 {
 			// A waiter granted before the cancel (the next in line of a released lock) holds.
-			if r := <-w; r.err == nil {
+			if r := sl.next(); r.err == nil {
 				_ = release(ctx, r.h, lease)
 			}
 		}

@@ -349,6 +349,11 @@ func TestAuthAndTLSCassandra(t *testing.T) {
 			if strings.Contains(logs, f.secret.password) {
 				t.Errorf("the sidecar's log shows the password:\n%s", logs)
 			}
+			for _, line := range strings.Split(logs, "\n") {
+				if strings.Contains(line, "refusing to start") {
+					t.Logf("the sidecar's last words: %s", line)
+				}
+			}
 			cond := waitForStoreCondition(t, ctx, c, ns, metav1.ConditionFalse, f.reason)
 			if strings.Contains(cond.Message, f.secret.password) || strings.Contains(cond.Message, tenantRole) {
 				t.Errorf("StoreReachable shows the login: %s", cond.Message)

@@ -26,6 +26,7 @@ import (
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
+	"github.com/baton-dev/baton/internal/cli"
 	"github.com/baton-dev/baton/internal/inject"
 	"github.com/baton-dev/baton/internal/testing/batonnode"
 	"github.com/baton-dev/baton/internal/testing/localcassandra"
@@ -165,19 +166,16 @@ func (a *authDB) stop() {
 	}
 }
 
-// tenantSchema returns the CQL a DBA applies for the tenant's keyspace and role, as the baton CLI
-// of this tree prints it (baton schema; the auth Cassandra's one data centre, SimpleSnitch's
-// datacenter1, with one replica).
+// tenantSchema returns the CQL a DBA applies for the tenant's keyspace and role, as baton schema
+// prints it (cli.Main, which cmd/baton runs, in this process; the auth Cassandra's one data
+// centre, SimpleSnitch's datacenter1, with one replica).
 func tenantSchema(ctx context.Context, role string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "run", "github.com/baton-dev/baton/cmd/baton", "schema", "--keyspace", authKeyspace,
-		"--replication", "datacenter1:1", "--allow-single-replica", "--role", role)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("baton schema: %w\n%s", err, stderr.String())
+	var stdout, stderr strings.Builder
+	args := []string{"schema", "--keyspace", authKeyspace, "--replication", "datacenter1:1", "--allow-single-replica", "--role", role}
+	if code := cli.Main(ctx, nil, args, func(string) string { return "" }, strings.NewReader(""), &stdout, &stderr); code != 0 {
+		return "", fmt.Errorf("baton %s: exit code %d\n%s", strings.Join(args, " "), code, stderr.String())
 	}
-	return string(out), nil
+	return stdout.String(), nil
 }
 
 // setUpTenant applies, as the superuser over mutual TLS, what a DBA applies for a tenant: script,
@@ -259,23 +257,14 @@ func TestAuthAndTLSCassandra(t *testing.T) {
 	c := batonCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	type result struct {
-		script string
-		err    error
+	script, err := tenantSchema(ctx, tenantRole)
+	if err != nil {
+		t.Fatal(err)
 	}
-	schema := make(chan result, 1) // built and run while Cassandra starts
-	go func() {
-		script, err := tenantSchema(ctx, tenantRole)
-		schema <- result{script, err}
-	}()
 	start := time.Now()
 	cl, ca := authCassandra.cluster(t)
 	t.Logf("auth+mTLS Cassandra up after %s", time.Since(start).Round(100*time.Millisecond))
-	r := <-schema
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	setUpTenant(t, ctx, cl, r.script, tenantRole, tenantPassword)
+	setUpTenant(t, ctx, cl, script, tenantRole, tenantPassword)
 	tenantCert, err := clientCert(ca, tenantRole)
 	if err != nil {
 		t.Fatal(err)

@@ -27,9 +27,10 @@ var (
 //
 // The driver flattens the cause of a failed session into text, so the classification reads
 // Cassandra's and Go's messages (tested against Cassandra 5.0 with PasswordAuthenticator and
-// client TLS): a message that changes wording in another release is not classified, and its
-// caller then retries as for an unreachable node. A server that requires TLS and a client
-// without it is not classified either: the server just closes the connection.
+// client TLS that requires client certificates: test/e2e's TestAuthAndTLSCassandra): a message
+// that changes wording in another release is not classified, and its caller then retries as for
+// an unreachable node. A server that requires TLS and a client without it is not classified
+// either: the server just closes the connection.
 func CreateSession(cc *gocql.ClusterConfig) (*gocql.Session, error) {
 	s, err := cc.CreateSession()
 	if err != nil {
@@ -71,8 +72,10 @@ func ClassifyConnectError(err error) error {
 }
 
 // clientCertificateAlerts are the TLS alerts, as Go prints them, by which a server refuses the
-// client's certificate or asks for one. Java's TLS stack (Cassandra's) sends certificate_unknown
-// ("unknown certificate") for any failure of a client certificate.
+// client's certificate or asks for one. Cassandra 5.0 on Java 17 sends certificate_required for a
+// missing one, and so for one of an authority it does not accept, which Go's client does not send;
+// Java's TLS stack sends certificate_unknown ("unknown certificate") for other failures of a client
+// certificate.
 var clientCertificateAlerts = []string{"certificate required", "bad certificate", "unknown certificate",
 	"expired certificate", "revoked certificate", "unsupported certificate", "unknown certificate authority"}
 

@@ -92,9 +92,10 @@ func batonCluster(t *testing.T) cluster {
 			return
 		}
 		start := time.Now()
-		// A lock may name the auth+TLS Cassandra (TestAuthAndTLSCassandra) besides the default one.
+		// A lock may name the auth+TLS Cassandra (TestAuthAndTLSCassandra) and a port where nothing
+		// listens (TestUnreachableStoreOnTheNode) besides the default Cassandra.
 		out, err := batonnode.Install(context.Background(), batonnode.Chart{Helm: helm, Dir: rel.Chart, ChartImage: true, Node: n,
-			Hosts: hosts, AllowedHosts: append(slices.Clone(hosts), authCassandra.host()),
+			Hosts: hosts, AllowedHosts: append(slices.Clone(hosts), authCassandra.host(), unreachableStore),
 			GlobalNamespaces: append(slices.Clone(cronNamespaces), clustersNamespace), MetricsPort: sidecarMetricsPort})
 		if err != nil {
 			installErr = fmt.Errorf("%w\n%s\noperator log: %s", err, out, operatorLogs(n, c.kubectl))

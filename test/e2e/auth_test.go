@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -404,20 +405,29 @@ func deployAuthLock(t *testing.T, ctx context.Context, c cluster, secret tenantS
 // and returns the log of its stopped run.
 func sidecarLastWords(t *testing.T, ctx context.Context, c cluster, ns string) string {
 	t.Helper()
-	var pod corev1.Pod
-	testenv.WaitFor(t, "the sidecar to stop and be restarted", 2*time.Minute, func() bool {
+	// A sidecar that refuses to start is restarted and refuses again: the kubelet keeps one dead
+	// container per container and removes the one before, so --previous may name a container
+	// whose log is gone for a moment ("unable to retrieve container logs"). Ask again until a
+	// dead sidecar's log answers.
+	var logs []byte
+	var said string
+	testenv.WaitFor(t, "the stopped sidecar's log", 2*time.Minute, func() bool {
 		pods := demoPods(t, ctx, c, ns)
-		if len(pods) != 1 {
+		if len(pods) != 1 || containerStatus(pods[0], inject.ContainerName).RestartCount == 0 {
 			return false
 		}
-		pod = pods[0]
-		return containerStatus(pod, inject.ContainerName).RestartCount > 0
+		var err error
+		logs, err = exec.CommandContext(ctx, c.kubectl, "--kubeconfig", c.node.Kubeconfig, "logs", "-n", ns, pods[0].Name,
+			"-c", inject.ContainerName, "--previous").CombinedOutput()
+		if err != nil {
+			if msg := fmt.Sprintf("%v: %s", err, bytes.TrimSpace(logs)); msg != said {
+				t.Logf("kubectl logs --previous (asking again): %s", msg)
+				said = msg
+			}
+			return false
+		}
+		return true
 	})
-	logs, err := exec.CommandContext(ctx, c.kubectl, "--kubeconfig", c.node.Kubeconfig, "logs", "-n", ns, pod.Name,
-		"-c", inject.ContainerName, "--previous").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl logs --previous: %v\n%s", err, logs)
-	}
 	return string(logs)
 }
 

@@ -66,8 +66,8 @@ func TestScaleSlice(t *testing.T) {
 	if res.ServerPerLock > 2*perLock {
 		t.Errorf("Cassandra counted %.2f requests/s per lock, over twice the lock's budget of %.2f", res.ServerPerLock, perLock)
 	}
-	if len(res.HandOff) != 5 {
-		t.Errorf("%d hand-offs measured, want 5", len(res.HandOff))
+	if len(res.HandOff) != 5 || res.Lost != 0 {
+		t.Errorf("%d hand-offs measured and %d holders lost their lock on their own; want 5 and none", len(res.HandOff), res.Lost)
 	}
 }
 

@@ -24,15 +24,15 @@ func ScaleReport(results []ScaleResult, at time.Time) string {
 		"driver heartbeats included; the API server's `apiserver_request_total`). " +
 		"Server CPU is the Cassandra nodes' or the API server's own processes (user and system time), " +
 		"with what they use at rest, before any lock client runs, in brackets; CPU per request leaves the rest out.\n\n")
-	b.WriteString("| system | locks | holder | head | other waiters | per lock, contenders | per lock, server | server req/s | server cores (at rest) | CPU s per 1,000 requests | hand-off p50 / p99 | failover p50 / p99 |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| system | locks | holder | head | other waiters | per lock, contenders | per lock, server | server req/s | server cores (at rest) | CPU s per 1,000 requests | hand-off p50 / p99 | failover p50 / p99 | holders lost |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
 			r.System, r.Locks, role(r.Holder), role(r.Head), role(r.Rest), rate(r.Client), rate(r.ServerPerLock),
 			rate(r.Server), fmt.Sprintf("%s (%s)", rate(r.ServerCores), rate(r.IdleCores)), rate(r.CPUPerThousand),
-			samples(r.HandOff, 0), samples(r.Failover, r.Lease))
+			samples(r.HandOff, 0), samples(r.Failover, r.Lease), r.Lost)
 	}
-	b.WriteString("\nHand-offs from the holder's release to a waiter's grant; failovers, in multiples of the lease, from the holder's death (its store or API connection cut off) to a waiter's grant.\n")
+	b.WriteString("\nHand-offs from the holder's release to a waiter's grant; failovers, in multiples of the lease, from the holder's death (its store or API connection cut off) to a waiter's grant. Holders lost: holders that lost their lock on their own during the run (a renewal did not reach the server in time: it could not keep up); their locks are left out of the hand-off and failover samples.\n")
 
 	b.WriteString("\n## Linear in the number of locks?\n\n")
 	b.WriteString("Server requests per lock at each N against the system's smallest run (the target: within 20 %).\n\n")

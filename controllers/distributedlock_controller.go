@@ -213,7 +213,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		err = r.checkCluster(dl, store)
 	}
 	if err == nil {
-		snapshots, err = r.inspect(storeCtx, dl, store)
+		snapshots, err = r.inspect(storeCtx, dl, r.Metrics.counted(dl, store))
 	}
 	if err != nil {
 		return r.storeFailed(ctx, orig, dl, r.redact(ctx, dl, err))
@@ -237,7 +237,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonHolderChanged, "Acquire",
 			"lock %s: %s -> %s (token %d)", c.LockID, from, c.NewHolder, c.NewToken)
 	}
-	revocation := r.revoke(storeCtx, dl, store, snapshots)
+	revocation := r.revoke(storeCtx, dl, r.Metrics.counted(dl, store), snapshots)
 	next := r.interval()
 	if pending, err := r.handoff(ctx, dl, snapshots); err != nil {
 		log.Info("marking superseded pods failed; retrying", "err", err.Error())

@@ -52,6 +52,8 @@ const (
 //     under Label. Both as the test's own watches see them.
 func TestOperatorCostFollowsChange(t *testing.T) {
 	up(t) // builds the sidecar binary; cluster A's operator is left alone
+	began := time.Now()
+	defer func() { t.Logf("%v from the start of the second operator to the end", time.Since(began).Round(100*time.Millisecond)) }()
 	env := startDefaultCluster(t)
 	ns := newNamespace(t, env, "atrest")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -40,7 +40,7 @@ const (
 // settings as the chart runs it and real sidecars for the pods on the real Cassandra:
 //
 //   - At rest (four locks, each held by one pod with one more waiting, no pod changing), over a
-//     20 s window: no status write (counted on a watch of the DistributedLocks, where every write
+//     10 s window: no status write (counted on a watch of the DistributedLocks, where every write
 //     makes a new resourceVersion) and no status request at all (the API server's own
 //     apiserver_request_total: a write that changes nothing makes no resourceVersion, but is a
 //     request), no Event, and at most
@@ -53,7 +53,9 @@ const (
 func TestOperatorCostFollowsChange(t *testing.T) {
 	up(t) // builds the sidecar binary; cluster A's operator is left alone
 	began := time.Now()
-	defer func() { t.Logf("%v from the start of the second operator to the end", time.Since(began).Round(100*time.Millisecond)) }()
+	defer func() {
+		t.Logf("%v from the start of the second operator to the end", time.Since(began).Round(100*time.Millisecond))
+	}()
 	env := startDefaultCluster(t)
 	ns := newNamespace(t, env, "atrest")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -80,7 +82,7 @@ func TestOperatorCostFollowsChange(t *testing.T) {
 	testenv.WaitFor(t, fmt.Sprintf("no pod of %s to change for %v", ns, quiet), time.Minute, func() bool { return pods.since() >= quiet })
 
 	// At rest.
-	const window = 20 * time.Second
+	const window = 10 * time.Second
 	wc := watchClient(t)
 	readsBefore := storeReads(ctx, t, env, ns)
 	dls := startWatch(ctx, t, func(o metav1.ListOptions) (watch.Interface, error) {

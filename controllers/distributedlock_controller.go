@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,9 +67,19 @@ const (
 	ReasonServerNotTrusted = "ServerNotTrusted"
 )
 
-// DefaultStatusInterval is how often the reconciler re-reads the lock store when nothing in
-// Kubernetes changed: Cassandra has no watch.
-const DefaultStatusInterval = 10 * time.Second
+// DefaultStatusInterval is the safety refresh: how long after a reconcile that read a
+// DistributedLock's store the reconciler reads it again when nothing in Kubernetes changed.
+// Status follows changes through events, not this timer (see SetupWithManager): the refresh
+// catches what no event announces (Cassandra has no watch), such as a waiter that queued while no
+// pod of the lock changed, or a hand-off between pods whose sidecars report nothing to their pods
+// (trafficPolicy None). Each wait is drawn between 0.9 and 1.1 times the interval, so that locks
+// created or reconciled together do not all refresh together.
+const DefaultStatusInterval = 5 * time.Minute
+
+// DefaultPodSettle is how long after the last change of a pod that names a DistributedLock the
+// reconciler reads that lock's store again, and does once more after five times as long (see
+// podEvents).
+const DefaultPodSettle = 2 * time.Second
 
 // DefaultMaxConcurrentReconciles is how many DistributedLocks are reconciled at once: one lock
 // whose store is slow holds up one worker, not every other lock.
@@ -106,8 +118,13 @@ type DistributedLockReconciler struct {
 	Recorder events.EventRecorder
 	// Config is the injection configuration; the reconciler uses its Global-scope allow-list.
 	Config inject.Config
-	// Interval between store reads of one DistributedLock (DefaultStatusInterval when zero).
+	// Interval is the safety refresh of one DistributedLock's status when nothing changed
+	// (DefaultStatusInterval when zero), jittered by ±10 %.
 	Interval time.Duration
+	// PodSettle is how long after the last change of a pod that names a DistributedLock its
+	// store is read again, and again after 5 × PodSettle (DefaultPodSettle when zero; see
+	// podEvents).
+	PodSettle time.Duration
 	// Metrics, when set, exports what the reconciler saw (see NewMetrics).
 	Metrics *Metrics
 	// Now is the clock of revocation records (time.Now when nil).
@@ -130,35 +147,54 @@ type DistributedLockReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the reconciler. It is triggered by changes of the DistributedLock's
-// spec or annotations, of pods naming it and of workloads whose template names it, and every
-// Interval. Only an injected pod runs a sidecar and so can change the lock's state: a manager
-// whose cache holds only injected pods (the operator's) serves it fully.
+// spec or annotations, of workloads whose template names it, and of pods naming it, at once and
+// again PodSettle and 5 × PodSettle after the last such pod change (podEvents): the sidecars
+// report every grant and release to their own pod (the baton.dev/role label, the
+// baton.dev/lock-held condition), and a pod that starts, stops or is deleted changes too, so
+// status follows the lock store within moments of each change. Its own status writes trigger
+// nothing. With no change it reads the store again after the safety refresh (Interval, jittered),
+// with low priority in the work queue. Only an injected pod runs a sidecar and so can change the
+// lock's state: a manager whose cache holds only injected pods (the operator's) serves it fully.
+//
+// Not guaranteed: a change of the lock store that no pod change accompanies (a waiter that queued
+// more than 5 × PodSettle after its pod's last change, a hand-off under trafficPolicy None
+// between pods that stay as they are) shows in status only at the next refresh.
 func (r *DistributedLockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil || r.Stores == nil || r.Recorder == nil {
 		return errors.New("controllers: DistributedLockReconciler needs a Client, Stores and a Recorder")
-	}
-	byAnnotation := func(_ context.Context, ns string, annotations map[string]string) []reconcile.Request {
-		name := strings.TrimSpace(annotations[batonv1.AnnotationLock])
-		if name == "" {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("distributedlock").
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		For(&batonv1.DistributedLock{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return byAnnotation(ctx, o.GetNamespace(), o.GetAnnotations())
-		})).
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return byAnnotation(ctx, o.GetNamespace(), o.(*appsv1.Deployment).Spec.Template.Annotations)
+		Watches(&corev1.Pod{}, newPodEvents(podLocks, r.podSettle(), 5*r.podSettle())).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return byAnnotation(o.GetNamespace(), o.(*appsv1.Deployment).Spec.Template.Annotations)
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return byAnnotation(ctx, o.GetNamespace(), o.(*appsv1.StatefulSet).Spec.Template.Annotations)
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return byAnnotation(o.GetNamespace(), o.(*appsv1.StatefulSet).Spec.Template.Annotations)
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
+}
+
+// byAnnotation is the DistributedLock that a pod or pod template with these annotations in
+// namespace ns names (baton.dev/lock), if any.
+func byAnnotation(ns string, annotations map[string]string) []reconcile.Request {
+	name := strings.TrimSpace(annotations[batonv1.AnnotationLock])
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+}
+
+// podLocks is the DistributedLock a pod names.
+func podLocks(_ context.Context, o client.Object) []reconcile.Request {
+	return byAnnotation(o.GetNamespace(), o.GetAnnotations())
+}
+
+func (r *DistributedLockReconciler) podSettle() time.Duration {
+	return cmp.Or(r.PodSettle, DefaultPodSettle)
 }
 
 func (r *DistributedLockReconciler) interval() time.Duration {
@@ -166,6 +202,13 @@ func (r *DistributedLockReconciler) interval() time.Duration {
 		return r.Interval
 	}
 	return DefaultStatusInterval
+}
+
+// refresh is how long after a reconcile that read the store the next one runs when nothing
+// changes: the interval, drawn between 0.9 and 1.1 times it.
+func (r *DistributedLockReconciler) refresh() time.Duration {
+	d := r.interval()
+	return d - d/10 + rand.N(d/5+1)
 }
 
 func (r *DistributedLockReconciler) now() time.Time {
@@ -213,7 +256,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		err = r.checkCluster(dl, store)
 	}
 	if err == nil {
-		snapshots, err = r.inspect(storeCtx, dl, store)
+		snapshots, err = r.inspect(storeCtx, dl, r.Metrics.counted(dl, store))
 	}
 	if err != nil {
 		return r.storeFailed(ctx, orig, dl, r.redact(ctx, dl, err))
@@ -237,13 +280,13 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonHolderChanged, "Acquire",
 			"lock %s: %s -> %s (token %d)", c.LockID, from, c.NewHolder, c.NewToken)
 	}
-	revocation := r.revoke(storeCtx, dl, store, snapshots)
-	next := r.interval()
+	revocation := r.revoke(storeCtx, dl, r.Metrics.counted(dl, store), snapshots)
+	next, rolling := r.refresh(), false
 	if pending, err := r.handoff(ctx, dl, snapshots); err != nil {
 		log.Info("marking superseded pods failed; retrying", "err", err.Error())
-		next = min(next, handoffPoll)
+		next, rolling = min(next, handoffPoll), true
 	} else if pending {
-		next = min(next, handoffPoll)
+		next, rolling = min(next, handoffPoll), true
 	}
 
 	r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionTrue, "Read",
@@ -265,7 +308,12 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	case edited:
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
-	return ctrl.Result{RequeueAfter: next}, nil
+	res := ctrl.Result{RequeueAfter: next}
+	if !rolling {
+		// The safety refresh waits in the work queue behind every lock enqueued by a change.
+		res.Priority = ptr.To(handler.LowPriority)
+	}
+	return res, nil
 }
 
 // redact returns err without the secrets of dl's connection, if the StoreSource can tell them

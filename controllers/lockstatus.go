@@ -11,6 +11,7 @@ import (
 // lockStatuses builds the status entry of every lock ID of dl, in spec order, from snapshots of
 // the lock store (keyed by declared lock ID) and the previous status. A lock without a snapshot
 // keeps its previous entry. Transitions counts changes of the holder pod seen by the operator.
+// AcquiredTime is in whole seconds.
 func lockStatuses(dl *batonv1.DistributedLock, snapshots map[string]lock.Status, prev []batonv1.LockStatus) []batonv1.LockStatus {
 	before := make(map[string]batonv1.LockStatus, len(prev))
 	for _, p := range prev {
@@ -34,7 +35,9 @@ func lockStatuses(dl *batonv1.DistributedLock, snapshots map[string]lock.Status,
 			st.Revoked = snap.Record.Revoked
 			st.HolderNamespace, st.Holder = sidecarcontract.PodOfOwner(snap.Record.Owner)
 			if !snap.Record.GrantedAt.IsZero() {
-				t := metav1.NewTime(snap.Record.GrantedAt)
+				// In whole seconds, as the API server keeps it: a finer time would differ from the
+				// status read back, and each reconcile would send a status write that changes nothing.
+				t := metav1.NewTime(snap.Record.GrantedAt).Rfc3339Copy()
 				st.AcquiredTime = &t
 			}
 		}

@@ -1,12 +1,15 @@
 package controllers
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/lock"
 )
 
 // The names of the reconciler's metrics, which the chart's alerts and dashboard read
@@ -18,11 +21,12 @@ const (
 	metricStoreReachable = "baton_distributedlock_store_reachable"
 	metricHolderChanges  = "baton_distributedlock_holder_changes_total"
 	metricRevocations    = "baton_distributedlock_revocations_total"
+	metricStoreRequests  = "baton_distributedlock_store_requests_total"
 )
 
 // MetricNames lists the names of the reconciler's metrics.
 func MetricNames() []string {
-	return []string{metricHeld, metricToken, metricWaiting, metricStoreReachable, metricHolderChanges, metricRevocations}
+	return []string{metricHeld, metricToken, metricWaiting, metricStoreReachable, metricHolderChanges, metricRevocations, metricStoreRequests}
 }
 
 // Metrics are the reconciler's Prometheus metrics: what the lock store said at the last reconcile,
@@ -31,6 +35,7 @@ type Metrics struct {
 	held, token, waiting *prometheus.GaugeVec
 	reachable            *prometheus.GaugeVec
 	changes, revocations *prometheus.CounterVec
+	storeRequests        *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered metrics; see Register.
@@ -49,6 +54,9 @@ func NewMetrics() *Metrics {
 		reachable:   gauge(metricStoreReachable, "1 when the operator could read the DistributedLock's lock store at the last reconcile.", []string{"namespace", "distributedlock"}),
 		changes:     counter(metricHolderChanges, "Grants to a new holder seen by the operator (it may miss changes between reconciles)."),
 		revocations: counter(metricRevocations, "Grants revoked through the "+batonv1.AnnotationRevoke+" annotation."),
+		storeRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricStoreRequests,
+			Help: "Requests the operator made to the DistributedLock's lock store, by kind: read (owner record, queue) or write (revocation)."},
+			[]string{"namespace", "distributedlock", "kind"}),
 	}
 }
 
@@ -63,7 +71,7 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 			*c = *got
 		}
 	}
-	for _, c := range []*prometheus.CounterVec{m.changes, m.revocations} {
+	for _, c := range []*prometheus.CounterVec{m.changes, m.revocations, m.storeRequests} {
 		if got, err := register(r, c); err != nil {
 			errs = append(errs, err)
 		} else {
@@ -127,7 +135,50 @@ func (m *Metrics) forget(namespace, name string) {
 	for _, g := range []*prometheus.GaugeVec{m.held, m.token, m.waiting, m.reachable} {
 		g.DeletePartialMatch(match)
 	}
-	for _, c := range []*prometheus.CounterVec{m.changes, m.revocations} {
+	for _, c := range []*prometheus.CounterVec{m.changes, m.revocations, m.storeRequests} {
 		c.DeletePartialMatch(match)
 	}
+}
+
+// counted returns store, counting its requests for dl in m (store itself when m is nil). The
+// count is per call: a call the driver retries counts once, and the driver's own traffic
+// (heartbeats, topology) is not counted.
+func (m *Metrics) counted(dl *batonv1.DistributedLock, store lock.Store) lock.Store {
+	if m == nil {
+		return store
+	}
+	return countedStore{Store: store,
+		reads:  m.storeRequests.WithLabelValues(dl.Namespace, dl.Name, "read"),
+		writes: m.storeRequests.WithLabelValues(dl.Namespace, dl.Name, "write")}
+}
+
+// countedStore is a lock.Store that counts the calls made through it.
+type countedStore struct {
+	lock.Store
+	reads, writes prometheus.Counter
+}
+
+func (s countedStore) Load(ctx context.Context, lockID string, linearizable bool) (lock.Record, bool, error) {
+	s.reads.Inc()
+	return s.Store.Load(ctx, lockID, linearizable)
+}
+
+func (s countedStore) Queue(ctx context.Context, lockID string, from int64, limit int) ([]lock.QueueEntry, error) {
+	s.reads.Inc()
+	return s.Store.Queue(ctx, lockID, from, limit)
+}
+
+func (s countedStore) CompareAndSwap(ctx context.Context, lockID string, prev, next lock.Record) (bool, lock.Record, bool, error) {
+	s.writes.Inc()
+	return s.Store.CompareAndSwap(ctx, lockID, prev, next)
+}
+
+func (s countedStore) Enqueue(ctx context.Context, lockID string, e lock.QueueEntry, ttl time.Duration) error {
+	s.writes.Inc()
+	return s.Store.Enqueue(ctx, lockID, e, ttl)
+}
+
+func (s countedStore) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) error {
+	s.writes.Inc()
+	return s.Store.Dequeue(ctx, lockID, e)
 }

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
+	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/memstore"
 )
 
 func TestMetrics(t *testing.T) {
@@ -60,4 +64,38 @@ baton_distributedlock_revocations_total{distributedlock="orders",lock="orders",n
 	}
 	var none *Metrics
 	none.observe(dl, locks, nil) // a nil *Metrics records nothing and does not panic
+}
+
+// TestStoreRequestsCounted: the reconciler's reads of a lock (lock.Inspect: the owner record and
+// the queue) and a revocation's requests are counted per DistributedLock, and forget drops them.
+// The in-memory store.
+func TestStoreRequestsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
+	store := m.counted(dl, memstore.New().Client(1, memstore.Faults{}))
+	for range 3 {
+		if _, err := lock.Inspect(context.Background(), store, "orders"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lock.Revoke(context.Background(), store, "orders", 7); !errors.Is(err, lock.ErrNotHolder) {
+		t.Fatalf("revoking a grant that does not exist: %v, want ErrNotHolder", err)
+	}
+	reads := testutil.ToFloat64(m.storeRequests.WithLabelValues("shop", "orders", "read"))
+	writes := testutil.ToFloat64(m.storeRequests.WithLabelValues("shop", "orders", "write"))
+	if reads != 7 || writes != 0 {
+		t.Errorf("reads %v, writes %v; want 7 (3 inspections of 2 reads, 1 linearizable read of the revocation) and 0", reads, writes)
+	}
+	m.forget("shop", "orders")
+	if n, err := testutil.GatherAndCount(reg, metricStoreRequests); err != nil || n != 0 {
+		t.Errorf("%d store request series left after forget (%v), want 0", n, err)
+	}
+	var none *Metrics
+	if got := none.counted(dl, store); got != store {
+		t.Errorf("a nil *Metrics wrapped the store: %T", got)
+	}
 }

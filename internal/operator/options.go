@@ -99,7 +99,9 @@ type Options struct {
 	// AllowSingleReplica accepts a SchemaReplication that keeps one copy of each lock somewhere
 	// (a one-node development Cassandra); without it, such a replication is refused.
 	AllowSingleReplica bool
-	StatusInterval     time.Duration
+	// StatusInterval is the safety refresh of each DistributedLock's status when nothing changed
+	// (controllers.DefaultStatusInterval by default); status follows changes through events.
+	StatusInterval time.Duration
 	// MaxConcurrentReconciles is how many DistributedLocks are reconciled at once.
 	MaxConcurrentReconciles int
 	LogVerbosity            int
@@ -141,7 +143,7 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.BoolVar(&o.AllowAnonymousCassandra, "cassandra-allow-anonymous", false, "accept DistributedLocks that bring no Cassandra credentials and, without its own, connect without any: only for a Cassandra without authentication, in development")
 	fs.Var(listFlag{&o.CassandraAllowedHosts}, "cassandra-allowed-hosts", `contact points a DistributedLock's spec.cassandra.contactPoints may name, host[:port],... ("*": any; default: --cassandra-hosts); the operator sends credentials nowhere else`)
 	fs.Var(listFlag{&o.OperatorKeyspaces}, "cassandra-operator-keyspaces", "keyspaces where the operator uses its own Cassandra credentials on its default contact points and may create the schema, comma-separated (default: --cassandra-keyspace)")
-	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "how often DistributedLock status is re-read from the lock store")
+	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "safety refresh of DistributedLock status when nothing changed (1s to 1h, jittered ±10%): status follows the pods' changes at once; the refresh catches store changes no pod change announces")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many DistributedLocks are reconciled at once, 1-100: a lock whose Cassandra hangs holds up one worker, for at most 1s per connection attempt")
 	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
 	fs.StringVar(&o.NativeSidecars, "native-sidecars", NativeAuto, "inject native sidecars (Kubernetes >= 1.29): auto (from the server version), true or false")

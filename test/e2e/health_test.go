@@ -100,7 +100,7 @@ func TestLockFollowsAppHealth(t *testing.T) {
 		t.Errorf("after the old holder's app was ready again: holder %s token %d, want %s token %d (no hop back)",
 			st.Holder, st.Token, first.Status.Pod, first.Status.Token)
 	}
-	t.Logf("yieldWhenUnready %s: the Service answered from the new holder %s (token %d) %s after the old holder's app turned not ready; the old holder queued again %s after its app was ready (DistributedLock status, read every 10s)",
+	t.Logf("yieldWhenUnready %s: the Service answered from the new holder %s (token %d) %s after the old holder's app turned not ready; the old holder queued again %s after its app was ready (DistributedLock status, which follows the pods' updates)",
 		yieldWhenUnready, first.Status.Pod, first.Status.Token, served.Round(time.Millisecond), queued.Round(time.Millisecond))
 }
 

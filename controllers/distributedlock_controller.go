@@ -240,11 +240,13 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		msg := fmt.Sprintf("scope Global is not allowed in namespace %s: the operator allows it only in namespaces on its allow-list (--global-namespaces); pods using this lock are not admitted", dl.Namespace)
 		r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, ReasonScopeNotAllowed, msg)
 		meta.RemoveStatusCondition(&st.Conditions, batonv1.ConditionStoreReachable)
-		if meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionReady) == nil ||
-			meta.IsStatusConditionTrue(orig.Status.Conditions, batonv1.ConditionReady) {
+		// Announced once the status that records it is written (see storeFailed).
+		written := r.patchStatus(ctx, orig, dl)
+		if written == nil && (meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionReady) == nil ||
+			meta.IsStatusConditionTrue(orig.Status.Conditions, batonv1.ConditionReady)) {
 			r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonScopeNotAllowed, "Validate", "%s", msg)
 		}
-		return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{})
+		return statusWritten(written, ctrl.Result{})
 	}
 
 	storeCtx, cancel := context.WithTimeout(ctx, storeTimeout)
@@ -272,14 +274,6 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	st.Locks = lockStatuses(dl, snapshots, prev)
 	changes := holderChanges(prev, st.Locks)
 	r.Metrics.observe(dl, st.Locks, changes)
-	for _, c := range changes {
-		from := c.OldHolder
-		if from == "" {
-			from = "nobody"
-		}
-		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonHolderChanged, "Acquire",
-			"lock %s: %s -> %s (token %d)", c.LockID, from, c.NewHolder, c.NewToken)
-	}
 	revocation := r.revoke(storeCtx, dl, r.Metrics.counted(dl, store), snapshots)
 	next, rolling := r.refresh(), false
 	if pending, err := r.handoff(ctx, dl, snapshots); err != nil {
@@ -296,6 +290,16 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	st.ObservedGeneration = dl.Generation
 	if err := r.patchStatus(ctx, orig, dl); err != nil {
 		return statusWritten(err, ctrl.Result{})
+	}
+	// A change of holder is announced once the status that records it is written: a reconcile
+	// that read a stale copy finds the change again, but its write conflicts (see storeFailed).
+	for _, c := range changes {
+		from := c.OldHolder
+		if from == "" {
+			from = "nobody"
+		}
+		r.Recorder.Eventf(dl, nil, corev1.EventTypeNormal, ReasonHolderChanged, "Acquire",
+			"lock %s: %s -> %s (token %d)", c.LockID, from, c.NewHolder, c.NewToken)
 	}
 	// Only now that the revocations are recorded: a reconcile woken by this change then reads a
 	// copy that holds the records, and acts on the entries bound here.
@@ -358,12 +362,15 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 	}
 	// One Warning each time the lock enters this failure: from True, from Connecting (a lock whose
 	// store never answered), or from another failure; none for the reconciles that find it still
-	// failing the same way.
+	// failing the same way. It follows the status write that records the entry: a reconcile that
+	// read a stale copy (the cache behind the last write) finds the failure new, but its write
+	// conflicts, and the reconcile after it sees the failure recorded.
 	was := meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionStoreReachable)
 	announce := was == nil || was.Status != metav1.ConditionFalse || was.Reason != reason
 	r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionFalse, reason, msg)
 	r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, reason, ready)
-	if announce {
+	written := r.patchStatus(ctx, orig, dl)
+	if announce && written == nil {
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, reason, "ReadLockStore", "%s", msg)
 	}
 	next := r.interval()
@@ -373,7 +380,7 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 			next = d
 		}
 	}
-	return statusWritten(r.patchStatus(ctx, orig, dl), ctrl.Result{RequeueAfter: next})
+	return statusWritten(written, ctrl.Result{RequeueAfter: next})
 }
 
 // clusterNamer is a lock store that knows which Cassandra cluster it reached

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,4 +136,64 @@ func TestUnreachableStoreRaisesOneWarning(t *testing.T) {
 	if !rec.find(controllers.ReasonStoreUnreachable, "connection refused") {
 		t.Errorf("the Warning does not say why:\n%s", rec)
 	}
+}
+
+// TestStaleCopyRaisesNoSecondWarning: reconciles that read the DistributedLock from a cache that
+// has not caught up with the status write announcing a store failure (the operator's informer
+// lags its own writes by a moment, and a pod event can start a reconcile within it) find the
+// failure new again; they must not announce it again. A client whose reads stay at the first copy
+// stands in for the lagging cache; the API server is real.
+func TestStaleCopyRaisesNoSecondWarning(t *testing.T) {
+	c, ns := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dl := &batonv1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stale-copy"},
+		Spec:       batonv1.DistributedLockSpec{LockIDs: []string{"orders"}},
+	}
+	if err := c.Create(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	failing := &storepool.RetryError{Target: "Cassandra [10.0.0.1:9042] keyspace baton", Failures: 1, Since: time.Now(),
+		RetryAt: time.Now().Add(time.Second), Err: errors.New("dial tcp 10.0.0.1:9042: connect: connection refused")}
+	rec := &events{}
+	r := &controllers.DistributedLockReconciler{Client: &firstCopyReads{Client: c}, Recorder: rec, Interval: time.Hour,
+		Stores: failingSource{failing}}
+	for range 3 {
+		// The reconciles after the first fail to write (a conflict: they patch from the stale
+		// copy) and are retried; what counts is what they announce.
+		_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(dl)})
+	}
+	if n := rec.warnings(controllers.ReasonStoreUnreachable); n != 1 {
+		t.Fatalf("%d Warning %s Events from 3 reconciles of a stale copy, want 1:\n%s", n, controllers.ReasonStoreUnreachable, rec)
+	}
+}
+
+// firstCopyReads is a client whose reads of a DistributedLock keep returning the first copy it
+// read: a cache that never catches up.
+type firstCopyReads struct {
+	client.Client
+	mu    sync.Mutex
+	first map[client.ObjectKey]*batonv1.DistributedLock
+}
+
+func (f *firstCopyReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	dl, ok := obj.(*batonv1.DistributedLock)
+	if !ok {
+		return f.Client.Get(ctx, key, obj, opts...)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got, ok := f.first[key]; ok {
+		got.DeepCopyInto(dl)
+		return nil
+	}
+	if err := f.Client.Get(ctx, key, dl, opts...); err != nil {
+		return err
+	}
+	if f.first == nil {
+		f.first = map[client.ObjectKey]*batonv1.DistributedLock{}
+	}
+	f.first[key] = dl.DeepCopy()
+	return nil
 }

@@ -124,8 +124,12 @@
 // as one), sandbox (a holder process in fresh network, mount and UTS
 // namespaces, daemons entering them with nsenter, the host paths containerd
 // and the kubelet cannot move replaced by the node's own, the node's side of
-// the network) and sandboxedNodes (the addressing of up to [MaxNodes]
-// nodes on [NodeSubnet] with pods in [SandboxClusterCIDR]).
+// the network, joined to the host by a veth batonv<i> on baton0: attach),
+// sandboxedNodes (the addressing of up to [MaxNodes] nodes on [NodeSubnet]
+// with pods in [SandboxClusterCIDR]) and setUpHostNetwork (the host's side:
+// baton0 as the nodes' /24, a route to each node's pods through the node,
+// the Service network through node 1, whose kube-proxy masquerades the
+// host's Service traffic; no sysctl of the host changed).
 //
 // What a real host needed that a stand-in would not show: the kubelet asks
 // for oom_score_adj -998 for pod sandboxes, which needs CAP_SYS_RESOURCE; a

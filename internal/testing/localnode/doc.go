@@ -115,7 +115,10 @@
 // them, libcni's results for the pod network in /var/lib/cni/results, the
 // kubelet's links to pod logs in /var/log/containers, its stale
 // device-plugin socket) and BaseDir, and puts the kernel settings back;
-// Start does the same first, for a node that was never stopped.
+// Start does the same first, for a node that was never stopped. It also
+// ends sandboxed nodes (below), running, frozen or left by a crashed run:
+// every process in a baton-node-* cgroup (thawed first), those cgroups, and
+// the host links batonv* that a surviving process kept.
 // [Leftovers] lists what of all this is on the machine: empty after Stop.
 //
 // Not used by Start yet (issue 27, several nodes on one machine): the

@@ -169,13 +169,15 @@ func containPods(ctx context.Context, betweenPorts bool) error {
 }
 
 // cleanUp removes what a node left on the machine, whether it stopped or crashed: its processes
-// (container shims included), the containers (every process in the kubepods cgroups), mounts
+// (container shims included), sandboxed nodes (removeNodeSandboxes), the containers (every process
+// in the kubepods cgroups), mounts
 // under BaseDir, the pods' network namespaces, kube-proxy's iptables rules, the bridge, what the
 // components leave outside BaseDir (hostFiles) and BaseDir, and it puts back the sysctls Start
 // saved. It keeps going after an error and returns them all. Leftovers lists what it removes.
 func cleanUp(ctx context.Context, kubeProxy string) error {
 	var errs []error
 	killMatching(BaseDir)
+	errs = append(errs, removeNodeSandboxes(ctx))
 	errs = append(errs, killCgroupTree("kubepods"))
 	errs = append(errs, unmountUnder(BaseDir))
 	for _, name := range cniNetns(ctx) { // nodes before netns_mounts_under_state_dir
@@ -197,6 +199,33 @@ func cleanUp(ctx context.Context, kubeProxy string) error {
 		errs = append(errs, fmt.Errorf("localnode: removing %s: %w", BaseDir, err))
 	}
 	errs = append(errs, restoreSysctls(procSys, sysctlsSaved))
+	return errors.Join(errs...)
+}
+
+// removeNodeSandboxes ends what sandboxed nodes left on the machine, running or crashed: every
+// process in a baton-node-* cgroup and below (thawed first, so that the processes of a node that
+// was frozen die too; the holders among them, so that the kernel frees the nodes' namespaces with
+// whatever lives only there), then the cgroups in every hierarchy, then every host link batonv*
+// still there: a node's veth pair outlives the kill until the kernel has freed the namespace, and
+// for as long as a process outside the cgroups (none of a node's should be) keeps it. It keeps
+// going after an error and returns them all.
+func removeNodeSandboxes(ctx context.Context) error {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("localnode: %w", err)
+	}
+	l, _ := detectCgroups(mi) // with neither a cgroup2 tree nor a freezer, kill signals each pid
+	var errs []error
+	for _, name := range l.list(nodeCgroupPrefix) {
+		l.thaw(name)
+		errs = append(errs, l.kill(name, 5*time.Second), l.remove(name, 5*time.Second))
+	}
+	for _, link := range linkNames(ctx, hostLinkPrefix) {
+		// Gone meanwhile (the kernel freed its namespace) is no error.
+		if err := run(ctx, "ip", "link", "delete", link); err != nil && slices.Contains(linkNames(ctx, hostLinkPrefix), link) {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 

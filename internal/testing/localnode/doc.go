@@ -121,8 +121,13 @@
 // the host links batonv* that a surviving process kept.
 // [Leftovers] lists what of all this is on the machine: empty after Stop.
 //
-// Not used by Start yet (issue 27, several nodes on one machine): the
-// pieces of a sandboxed node, each tested on its own on this machine:
+// A sandboxed node (issue 27, several nodes on one machine), off by default:
+// with [Options].Sandboxed, or the environment variable BATON_NODE_SANDBOX=1,
+// Start runs node 1 of the sandboxed layout instead of today's node:
+// baton-node-1 at 198.18.0.11, pods on 198.18.17.0/24, containerd, the
+// kubelet and kube-proxy inside the node's sandbox, with its cgroup root
+// /baton-node-1; Stop destroys the sandbox with everything in it. Its pieces,
+// each tested on its own on this machine:
 // cgroupLayout (a node's cgroup root in every hierarchy, frozen or killed
 // as one), sandbox (a holder process in fresh network, mount and UTS
 // namespaces, daemons entering them with nsenter, the host paths containerd

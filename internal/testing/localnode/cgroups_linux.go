@@ -217,6 +217,18 @@ func (l cgroupLayout) freeze(name string, on bool, timeout time.Duration) error 
 	}
 }
 
+// thaw starts thawing the cgroup name in the cgroup2 tree and in the v1 freezer, whichever exist,
+// without waiting, and ignores errors (a cgroup missing from one of them, or never frozen): it
+// is for cleaning up, before kill, which a v1 freezer's frozen tasks would otherwise outlast.
+func (l cgroupLayout) thaw(name string) {
+	if l.v2 != "" {
+		_ = os.WriteFile(filepath.Join(l.v2, name, "cgroup.freeze"), []byte("0"), 0o644)
+	}
+	if f := l.v1["freezer"]; f != "" {
+		_ = os.WriteFile(filepath.Join(f, name, "freezer.state"), []byte("THAWED"), 0o644)
+	}
+}
+
 // kill ends every process in the cgroup name and below, in every hierarchy, and waits up to
 // timeout until none is left. With a cgroup2 tree it writes cgroup.kill (Linux 5.14+), which
 // also reaches processes that fork meanwhile and frozen ones; otherwise, and for processes only

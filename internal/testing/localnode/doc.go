@@ -115,17 +115,29 @@
 // them, libcni's results for the pod network in /var/lib/cni/results, the
 // kubelet's links to pod logs in /var/log/containers, its stale
 // device-plugin socket) and BaseDir, and puts the kernel settings back;
-// Start does the same first, for a node that was never stopped.
+// Start does the same first, for a node that was never stopped. It also
+// ends sandboxed nodes (below), running, frozen or left by a crashed run:
+// every process in a baton-node-* cgroup (thawed first), those cgroups, and
+// the host links batonv* that a surviving process kept.
 // [Leftovers] lists what of all this is on the machine: empty after Stop.
 //
-// Not used by Start yet (issue 27, several nodes on one machine): the
-// pieces of a sandboxed node, each tested on its own on this machine:
+// A sandboxed node (issue 27, several nodes on one machine), off by default:
+// with [Options].Sandboxed, or the environment variable BATON_NODE_SANDBOX=1,
+// Start runs node 1 of the sandboxed layout instead of today's node:
+// baton-node-1 at 198.18.0.11, pods on 198.18.17.0/24, containerd, the
+// kubelet and kube-proxy inside the node's sandbox, with its cgroup root
+// /baton-node-1; Stop destroys the sandbox with everything in it. Its pieces,
+// each tested on its own on this machine:
 // cgroupLayout (a node's cgroup root in every hierarchy, frozen or killed
 // as one), sandbox (a holder process in fresh network, mount and UTS
 // namespaces, daemons entering them with nsenter, the host paths containerd
 // and the kubelet cannot move replaced by the node's own, the node's side of
-// the network) and sandboxedNodes (the addressing of up to [MaxNodes]
-// nodes on [NodeSubnet] with pods in [SandboxClusterCIDR]).
+// the network, joined to the host by a veth batonv<i> on baton0: attach),
+// sandboxedNodes (the addressing of up to [MaxNodes] nodes on [NodeSubnet]
+// with pods in [SandboxClusterCIDR]) and setUpHostNetwork (the host's side:
+// baton0 as the nodes' /24, a route to each node's pods through the node,
+// the Service network through node 1, whose kube-proxy masquerades the
+// host's Service traffic; no sysctl of the host changed).
 //
 // What a real host needed that a stand-in would not show: the kubelet asks
 // for oom_score_adj -998 for pod sandboxes, which needs CAP_SYS_RESOURCE; a

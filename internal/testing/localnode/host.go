@@ -35,7 +35,9 @@ const (
 	KubernetesServiceIP = "198.19.0.1"
 
 	bridgeName = "baton0"
-	hostPrefix = "/16"
+	// benchmarkRange holds every address of the node's network (RFC 2544's range).
+	benchmarkRange = "198.18.0.0/15"
+	hostPrefix     = "/16"
 )
 
 // BaseDir holds everything a running node writes: certificates, etcd's data, containerd's root and
@@ -100,16 +102,65 @@ func setUpNetwork(ctx context.Context) error {
 	if err := run(ctx, "ip", "route", "replace", ServiceSubnet, "dev", bridgeName, "src", HostIP); err != nil {
 		return err
 	}
-	return containPods(ctx)
+	return containPods(ctx, false)
+}
+
+// setUpHostNetwork makes the host's side of sandboxed nodes' network (design §4): the bridge
+// baton0 with HostIP on NodeSubnet (a /24: the nodes' link, not the pods'), a route to each node's
+// pod subnet through the node's IP, the Service network through the first node, whose kube-proxy
+// translates the host's Service traffic (and masquerades it, the host being outside the cluster
+// CIDR, so that answers come back the same way), and the fence chain, letting frames between nodes
+// pass; the rest of 198.18.0.0/15 is routed to baton0 as well, so that no address of the range
+// leaves the machine. Each node's own link is attach's. It changes no sysctl of the host: nothing of the
+// nodes' traffic is forwarded by the host, only bridged.
+//
+// The routes exist before the nodes do; until a node is attached, traffic to its pods or (node 1)
+// to a Service gets no answer but stays on baton0.
+func setUpHostNetwork(ctx context.Context, nodes []NodeSpec) error {
+	if len(nodes) == 0 {
+		return errors.New("localnode: a host network for no node")
+	}
+	if err := run(ctx, "ip", "link", "show", bridgeName); err != nil {
+		if err := run(ctx, "ip", "link", "add", bridgeName, "type", "bridge"); err != nil {
+			return err
+		}
+	}
+	steps := [][]string{
+		{"ip", "addr", "replace", HostIP + "/" + strings.Split(NodeSubnet, "/")[1], "dev", bridgeName},
+		{"ip", "link", "set", bridgeName, "up"},
+		// The rest of 198.18.0.0/15 (no node, pod or Service there) stays on baton0 too, where
+		// nothing answers, instead of following the default route off the machine.
+		{"ip", "route", "replace", benchmarkRange, "dev", bridgeName, "src", HostIP},
+	}
+	for _, n := range nodes {
+		steps = append(steps, []string{"ip", "route", "replace", n.PodSubnet, "via", n.IP, "dev", bridgeName, "onlink"})
+	}
+	steps = append(steps, []string{"ip", "route", "replace", ServiceSubnet, "via", nodes[0].IP, "dev", bridgeName, "onlink"})
+	for _, step := range steps {
+		if err := run(ctx, step[0], step[1:]...); err != nil {
+			return err
+		}
+	}
+	return containPods(ctx, true)
 }
 
 // fenceChain is the iptables chain that keeps the pods' traffic on this machine: pods reach each
 // other, Services and the host, and nothing beyond it.
 const fenceChain = "BATON-NODE"
 
-func containPods(ctx context.Context) error {
+// containPods makes fenceChain and jumps to it first in FORWARD: what comes in on the bridge and
+// would leave by another link is rejected. With betweenPorts, frames between two ports of the
+// bridge (sandboxed nodes talking to each other, which the kernel passes through FORWARD when
+// bridged traffic goes through iptables) are accepted first, so that a FORWARD policy of DROP does
+// not cut the nodes apart. Today's single node is left as it was, without it.
+func containPods(ctx context.Context, betweenPorts bool) error {
 	if err := run(ctx, "iptables", "-w", "-N", fenceChain); err != nil {
 		return err
+	}
+	if betweenPorts {
+		if err := run(ctx, "iptables", "-w", "-A", fenceChain, "-i", bridgeName, "-o", bridgeName, "-j", "ACCEPT"); err != nil {
+			return err
+		}
 	}
 	if err := run(ctx, "iptables", "-w", "-A", fenceChain, "-i", bridgeName, "!", "-o", bridgeName, "-j", "REJECT"); err != nil {
 		return err
@@ -118,13 +169,15 @@ func containPods(ctx context.Context) error {
 }
 
 // cleanUp removes what a node left on the machine, whether it stopped or crashed: its processes
-// (container shims included), the containers (every process in the kubepods cgroups), mounts
+// (container shims included), sandboxed nodes (removeNodeSandboxes), the containers (every process
+// in the kubepods cgroups), mounts
 // under BaseDir, the pods' network namespaces, kube-proxy's iptables rules, the bridge, what the
 // components leave outside BaseDir (hostFiles) and BaseDir, and it puts back the sysctls Start
 // saved. It keeps going after an error and returns them all. Leftovers lists what it removes.
 func cleanUp(ctx context.Context, kubeProxy string) error {
 	var errs []error
 	killMatching(BaseDir)
+	errs = append(errs, removeNodeSandboxes(ctx))
 	errs = append(errs, killCgroupTree("kubepods"))
 	errs = append(errs, unmountUnder(BaseDir))
 	for _, name := range cniNetns(ctx) { // nodes before netns_mounts_under_state_dir
@@ -147,6 +200,54 @@ func cleanUp(ctx context.Context, kubeProxy string) error {
 	}
 	errs = append(errs, restoreSysctls(procSys, sysctlsSaved))
 	return errors.Join(errs...)
+}
+
+// removeNodeSandboxes ends what sandboxed nodes left on the machine, running or crashed: every
+// process in a baton-node-* cgroup and below (thawed first, so that the processes of a node that
+// was frozen die too; the holders among them, so that the kernel frees the nodes' namespaces with
+// whatever lives only there), then the cgroups in every hierarchy, then every host link batonv*
+// still there: a node's veth pair outlives the kill until the kernel has freed the namespace, and
+// for as long as a process outside the cgroups (none of a node's should be) keeps it. It keeps
+// going after an error and returns them all.
+func removeNodeSandboxes(ctx context.Context) error {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("localnode: %w", err)
+	}
+	l, _ := detectCgroups(mi) // with neither a cgroup2 tree nor a freezer, kill signals each pid
+	var errs []error
+	for _, name := range l.list(nodeCgroupPrefix) {
+		l.thaw(name)
+		errs = append(errs, l.kill(name, 5*time.Second), l.remove(name, 5*time.Second))
+	}
+	for _, link := range linkNames(ctx, hostLinkPrefix) {
+		// Gone meanwhile (the kernel freed its namespace) is no error.
+		if err := run(ctx, "ip", "link", "delete", link); err != nil && slices.Contains(linkNames(ctx, hostLinkPrefix), link) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// linkNames lists the network links of this process's namespace whose names start with prefix.
+func linkNames(ctx context.Context, prefix string) []string {
+	out, err := exec.CommandContext(ctx, "ip", "-o", "link", "show").Output()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		// "5: batonv1@if2: <BROADCAST,...": the name, then @ and the peer's index for a veth
+		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+		if strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // kubeletChains are the iptables chains the kubelet itself creates (kube-proxy --cleanup removes

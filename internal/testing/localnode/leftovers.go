@@ -17,7 +17,8 @@ import (
 )
 
 // Leftovers lists what a node leaves on this machine that cleanUp removes, one line per thing
-// found: the bridge, BATON-* and KUBE-* iptables chains, the kubepods cgroups, mounts under
+// found: the bridge and sandboxed nodes' host links (batonv*), BATON-* and KUBE-* iptables
+// chains, the kubepods and sandboxed nodes' (baton-node-*) cgroups, mounts under
 // BaseDir, processes whose command line names BaseDir, the pods' network namespaces, BaseDir
 // itself, saved sysctls, and the files the components write outside BaseDir (stale sockets, CNI
 // results, container log links; see hostFiles). Empty means the machine is as a node found it,
@@ -27,16 +28,9 @@ import (
 // Call it while no node runs (LockMachine): a running node is nothing but leftovers.
 func Leftovers(ctx context.Context) []string {
 	var found []string
-	if out, err := exec.CommandContext(ctx, "ip", "-o", "link", "show").Output(); err == nil {
-		for _, line := range strings.Split(string(out), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 2 {
-				continue
-			}
-			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-			if name == bridgeName || strings.HasPrefix(name, "batonv") {
-				found = append(found, "link "+name)
-			}
+	for _, name := range linkNames(ctx, "") {
+		if name == bridgeName || strings.HasPrefix(name, hostLinkPrefix) {
+			found = append(found, "link "+name)
 		}
 	}
 	for _, cmd := range []string{"iptables", "ip6tables"} {

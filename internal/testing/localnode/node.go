@@ -41,6 +41,8 @@ type kubeNode struct {
 	pauseImage string
 	progress   io.Writer
 	procs      []*process // in start order
+	// sb is the node's sandbox, nil for a node in the host's namespaces (spec.HostLink "").
+	sb *sandbox
 }
 
 // start writes the node's certificates and configuration, starts containerd, imports images,
@@ -51,6 +53,11 @@ func (n *kubeNode) start(ctx context.Context, cp *controlPlane, images []string)
 	files, err := n.writeConfig(cp.ca)
 	if err != nil {
 		return err
+	}
+	if n.spec.HostLink != "" {
+		if err := n.enterSandbox(ctx); err != nil {
+			return err
+		}
 	}
 	path := "PATH=" + n.c.ShimDir + ":" + filepath.Dir(n.c.Runc) + ":" + os.Getenv("PATH")
 	containerd, err := n.startContainerd(ctx, files, path)
@@ -66,6 +73,34 @@ func (n *kubeNode) start(ctx context.Context, cp *controlPlane, images []string)
 		return err
 	}
 	return n.startProxy(ctx, cp, files, path)
+}
+
+// enterSandbox makes the node's sandbox (its cgroup root in every hierarchy, the holder of its
+// namespaces), joins it to the host bridge and mounts its private paths, so that the daemons
+// startProcess starts from then on run inside. The sandbox is in n.sb even when a later step
+// fails, for stop.
+func (n *kubeNode) enterSandbox(ctx context.Context) error {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("localnode: %w", err)
+	}
+	l, err := detectCgroups(mi)
+	if err != nil {
+		return err
+	}
+	step := time.Now()
+	n.sb, err = newSandbox(l, strings.TrimPrefix(n.spec.CgroupRoot, "/"), n.spec.Name)
+	if err != nil {
+		return err
+	}
+	if err := n.sb.attach(ctx, n.spec, []NodeSpec{n.spec}); err != nil {
+		return err
+	}
+	if err := n.sb.mountPrivate(ctx, n.dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(n.progress, "localnode: sandbox of %s up at %s in %s\n", n.spec.Name, n.spec.IP, since(step))
+	return nil
 }
 
 // writeConfig signs the node's identities with the cluster's CA (the kubelet's serving
@@ -220,7 +255,13 @@ func (n *kubeNode) emptyDir(podUID, volume string) string {
 	return filepath.Join(n.dir, "kubelet", "pods", podUID, "volumes", "kubernetes.io~empty-dir", volume)
 }
 
+// startProcess starts a daemon of the node, inside its sandbox if it has one (the pid is the
+// daemon's own once nsenter has exec'd it, so stopping it works the same).
 func (n *kubeNode) startProcess(name, bin string, args []string, env ...string) (*process, error) {
+	if n.sb != nil {
+		argv := n.sb.wrap(append([]string{bin}, args...)...)
+		bin, args = argv[0], argv[1:]
+	}
 	p, err := startProcess(n.dir, name, bin, args, env...)
 	if err != nil {
 		return nil, err
@@ -230,10 +271,17 @@ func (n *kubeNode) startProcess(name, bin string, args []string, env ...string) 
 }
 
 // stop stops the node's daemons, last started first. The pods' containers outlive it (their
-// shims are not the daemons' children): cleanUp ends them.
+// shims are not the daemons' children): cleanUp ends them, or, for a sandboxed node, stop
+// itself, by destroying the sandbox with everything in it.
 func (n *kubeNode) stop() {
 	stopAll(n.procs)
 	n.procs = nil
+	if n.sb != nil {
+		if err := n.sb.destroy(); err != nil {
+			fmt.Fprintf(n.progress, "localnode: %v\n", err)
+		}
+		n.sb = nil
+	}
 }
 
 func httpOK(c *http.Client, url string) func(context.Context) error {

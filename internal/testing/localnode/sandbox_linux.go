@@ -175,6 +175,27 @@ func (s *sandbox) destroy() error {
 	return killErr
 }
 
+// attach joins the sandbox to the host bridge baton0 (setUpHostNetwork makes it) by a veth pair,
+// spec.HostLink on the host and eth0 in the sandbox, and configures the node's side
+// (configureNetwork). The pair lives as long as the sandbox's network namespace: when the node's
+// last process is gone, the kernel deletes both ends; until then (a crashed run whose container
+// shims live on), cleanUp deletes it.
+func (s *sandbox) attach(ctx context.Context, spec NodeSpec, peers []NodeSpec) error {
+	if spec.HostLink == "" {
+		return fmt.Errorf("localnode: %s has no host link", spec.Name)
+	}
+	for _, step := range [][]string{
+		{"ip", "link", "add", spec.HostLink, "type", "veth", "peer", "name", "eth0", "netns", strconv.Itoa(s.pid())},
+		{"ip", "link", "set", spec.HostLink, "master", bridgeName},
+		{"ip", "link", "set", spec.HostLink, "up"},
+	} {
+		if err := run(ctx, step[0], step[1:]...); err != nil {
+			return err
+		}
+	}
+	return s.configureNetwork(ctx, spec, peers)
+}
+
 // configureNetwork sets up the node's side of its network, inside the sandbox, once its link
 // eth0 exists (the host's side, a veth on baton0, is the caller's): spec.IP/24 on eth0 with
 // HostIP as the default route; the pod bridge with spec.PodGateway; a route to each peer's pod

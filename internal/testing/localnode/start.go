@@ -54,7 +54,17 @@ type Options struct {
 	Images []string
 	// Progress receives a line per step. Default: discarded.
 	Progress io.Writer
+	// Sandboxed runs the node in a sandbox of its own (issue 27): node 1 of the sandboxed layout,
+	// baton-node-1 at 198.18.0.11 with its pods on 198.18.17.0/24, in its own network, mount and
+	// UTS namespaces and cgroup root /baton-node-1, joined to the host by a veth on baton0. Off
+	// (the default, unless the environment variable BATON_NODE_SANDBOX is 1): today's node,
+	// baton-node, in the host's namespaces.
+	Sandboxed bool
 }
+
+// sandboxEnv, set to 1, turns Options.Sandboxed on for every Start of the process, so that a test
+// package runs on a sandboxed node without a change to its code.
+const sandboxEnv = "BATON_NODE_SANDBOX"
 
 // Node is a running single-node cluster: etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler, and on the node itself containerd with runc and CNI, the kubelet and
@@ -66,6 +76,8 @@ type Node struct {
 	Kubeconfig string
 	// Dir is BaseDir; each component logs to Dir/logs/<component>.log.
 	Dir string
+	// Sandboxed reports whether the node runs in a sandbox of its own (Options.Sandboxed).
+	Sandboxed bool
 
 	o      Options
 	cp     *controlPlane
@@ -105,7 +117,18 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 	if err := saveSysctls(procSys, sysctlsSaved, globalSysctls); err != nil {
 		return nil, err
 	}
-	if err := setUpNetwork(ctx); err != nil {
+	spec := singleNode()
+	if o.Sandboxed || os.Getenv(sandboxEnv) == "1" {
+		n.Sandboxed = true
+		specs, err := sandboxedNodes(1)
+		if err != nil {
+			return nil, err
+		}
+		spec = specs[0]
+		if err := setUpHostNetwork(ctx, specs); err != nil {
+			return nil, err
+		}
+	} else if err := setUpNetwork(ctx); err != nil {
 		return nil, err
 	}
 	n.cp = &controlPlane{dir: BaseDir, c: o.Components, progress: o.Progress}
@@ -113,7 +136,6 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.Config, n.Kubeconfig = n.cp.config, n.cp.kubeconfig
-	spec := singleNode()
 	n.node = &kubeNode{spec: spec, dir: BaseDir, c: o.Components, pauseImage: o.PauseImage, progress: o.Progress}
 	if err := n.node.start(ctx, n.cp, o.Images); err != nil {
 		return nil, err

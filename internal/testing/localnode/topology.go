@@ -30,6 +30,9 @@ type NodeSpec struct {
 	// CgroupRoot is the kubelet's cgroupRoot, under which it puts every pod ("": the kubelet's
 	// default, the root of each hierarchy).
 	CgroupRoot string
+	// HostLink is the host's end of the veth pair that joins a sandboxed node to the host bridge
+	// (its other end is eth0 in the node); "" for a node in the host's network namespace.
+	HostLink string
 }
 
 // singleNode is the one node of today's cluster: in the host's network namespace, the host's own
@@ -60,6 +63,12 @@ const (
 	MaxNodes = 3
 
 	podBridgeName = "baton-pods"
+	// hostLinkPrefix starts the name of every host end of a node's veth pair, batonv<i>; cleanUp
+	// deletes the links so named.
+	hostLinkPrefix = "batonv"
+	// nodeCgroupPrefix starts the name of every sandboxed node's cgroup, baton-node-<i>; cleanUp
+	// kills and removes the cgroups so named.
+	nodeCgroupPrefix = "baton-node-"
 )
 
 // sandboxNodeName returns the name of sandboxed node i (1-based).
@@ -68,7 +77,7 @@ func sandboxNodeName(i int) string { return fmt.Sprintf("baton-node-%d", i) }
 // sandboxedNodes returns the specs of n sandboxed nodes, 1 ≤ n ≤ MaxNodes: node i is
 // sandboxNodeName(i) at 198.18.0.(10+i), pods 198.18.(16+i).2-254 with gateway .1 on podBridgeName,
 // kube-proxy's health checks on the node's IP (the host probes it there), and cgroup root
-// /baton-node-<i>.
+// /baton-node-<i>, joined to the host bridge by the veth batonv<i>.
 func sandboxedNodes(n int) ([]NodeSpec, error) {
 	if n < 1 || n > MaxNodes {
 		return nil, fmt.Errorf("localnode: %d nodes: want 1 to %d", n, MaxNodes)
@@ -88,6 +97,7 @@ func sandboxedNodes(n int) ([]NodeSpec, error) {
 			HealthzIP:   ip,
 			ClusterCIDR: SandboxClusterCIDR,
 			CgroupRoot:  "/" + sandboxNodeName(i),
+			HostLink:    fmt.Sprintf("%s%d", hostLinkPrefix, i),
 		}
 	}
 	return specs, nil

@@ -9,8 +9,9 @@ import (
 // TestSandboxedNodesAddressing checks the addressing rules of design §4 for every cluster size:
 // node IPs on NodeSubnet and outside the cluster CIDR (else the host's Service traffic is not
 // masqueraded and its answers take another path), every pod range inside its node's subnet and
-// the cluster CIDR, the gateway outside the range, subnets disjoint, names and cgroup roots
-// unique; and the configs of a sandboxed node carry its values.
+// the cluster CIDR, the gateway outside the range, subnets disjoint, names, cgroup roots and host
+// links unique and named as cleanUp finds them; and the configs of a sandboxed node carry its
+// values.
 func TestSandboxedNodesAddressing(t *testing.T) {
 	for _, bad := range []int{0, MaxNodes + 1} {
 		if _, err := sandboxedNodes(bad); err == nil {
@@ -43,6 +44,9 @@ func TestSandboxedNodesAddressing(t *testing.T) {
 				t.Errorf("%s: gateway %s and range %s-%s must be in %s, the gateway outside the range", s.Name, gw, lo, hi, pods)
 			case s.HealthzIP != s.IP || s.ClusterCIDR != SandboxClusterCIDR || s.Bridge != podBridgeName:
 				t.Errorf("%s: %+v", s.Name, s)
+			case !strings.HasPrefix(s.HostLink, hostLinkPrefix) || len(s.HostLink) > 15 || !strings.HasPrefix(s.CgroupRoot, "/"+nodeCgroupPrefix):
+				// cleanUp finds a crashed node's link and cgroups by these prefixes; 15 is IFNAMSIZ-1.
+				t.Errorf("%s: host link %q (want %s*, at most 15 bytes), cgroup root %q (want /%s*)", s.Name, s.HostLink, hostLinkPrefix, s.CgroupRoot, nodeCgroupPrefix)
 			}
 			for _, other := range subnets {
 				if other.Overlaps(pods) {
@@ -50,7 +54,7 @@ func TestSandboxedNodesAddressing(t *testing.T) {
 				}
 			}
 			subnets = append(subnets, pods)
-			for _, key := range []string{s.Name, s.IP, s.CgroupRoot} {
+			for _, key := range []string{s.Name, s.IP, s.CgroupRoot, s.HostLink} {
 				if seen[key] {
 					t.Errorf("n=%d: %s used twice", n, key)
 				}

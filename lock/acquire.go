@@ -82,16 +82,86 @@ func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 			wait, backoff = backoff, min(2*backoff, l.opts.waiterPoll)
 		default:
 			backoff = l.opts.pollInterval
+			wait = a.capWait(l.jitter(wait))
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
 		}
 		if wait > 0 {
-			if hinted, err = a.wait(ctx, l.jitter(wait)); err != nil {
+			if hinted, err = a.wait(ctx, wait); err != nil {
 				return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
 			}
 		}
 	}
+}
+
+// The poll schedule (docs/design.md, "Hand-off hints", the schedule): without hints every waiter
+// polls, the head every poll interval, the others every waiter poll. An acquisition that listens
+// for hints (it has a hint address in its queue entry) is woken by them, and polls only as a safety
+// net: the head reads the owner record every hintedHeadPoll, the waiters behind it step every
+// hintedRestPoll, when their entries are due for a rewrite. Hints and polls only decide when a
+// step is taken, never what it may do.
+
+// hinted reports whether this acquisition listens for hints: others can tell it that it moved up
+// to the head or that the lock was given back.
+func (a *acquisition) hinted() bool { return a.hintAddr != "" }
+
+// headPoll is how long the head waits between reads of the owner record while nothing tells it of
+// a release.
+func (a *acquisition) headPoll() time.Duration {
+	if a.hinted() {
+		return a.l.opts.hintedHeadPoll()
+	}
+	return a.l.opts.pollInterval
+}
+
+// restPoll is how long a waiter behind the head waits between steps; nextInLine for the waiter
+// right behind it.
+func (a *acquisition) restPoll(nextInLine bool) time.Duration {
+	switch {
+	case a.hinted():
+		return a.l.opts.hintedRestPoll(a.entry)
+	case nextInLine:
+		return a.l.opts.nextInLinePoll()
+	default:
+		return a.l.opts.waiterPoll
+	}
+}
+
+// headQueuePoll is how long the head goes without reading the queue (only a waiter with a skewed
+// clock or a late enqueue could get ahead of it: fairness, not safety).
+func (a *acquisition) headQueuePoll() time.Duration {
+	if a.hinted() {
+		return a.l.opts.hintedRestPoll(a.entry)
+	}
+	return a.l.opts.waiterPoll
+}
+
+// rewriteEarly is how much earlier than a third of its TTL a step rewrites our queue entry: a head
+// that listens for hints rewrites it at the last head poll before it is due, so that the rewrite
+// costs no step of its own (capWait would add one).
+func (a *acquisition) rewriteEarly() time.Duration {
+	if !a.hinted() || !a.wasHead {
+		return 0
+	}
+	return a.headPoll() + a.headPoll()/5
+}
+
+// capWait returns d, or less when our queue entry is due for its rewrite earlier: a waiter that
+// listens for hints steps rarely, and its entry's rewrite may not wait for the next step, or the
+// waiters behind it would count it dead (staleEntryAfter). A waiter behind the head whose rewrite
+// falls due less than a fifth of d after d waits for the rewrite instead, so that one step makes
+// both (its rest poll and the rewrite share a period, and jitter would split them). Without hints
+// steps come every waiter poll at most, and d is returned as it is.
+func (a *acquisition) capWait(d time.Duration) time.Duration {
+	if !a.hinted() || !a.queued {
+		return d
+	}
+	due := max(0, a.l.opts.entryTTL(a.entry)/3-a.l.opts.clock.Since(a.enqueuedAt))
+	if a.ahead > 0 && due <= d+d/5 {
+		return due
+	}
+	return min(d, due)
 }
 
 // wait sleeps for d, or until a hint for our queue entry arrives that the hint budget lets us act
@@ -146,26 +216,31 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 		return a.contend(ctx, &loaded{rec: free, ok: true, sent: l.opts.clock.Now()})
 	}
 	// 1. Keep our queue entry alive while we wait.
-	if a.queued && l.opts.clock.Since(a.enqueuedAt) >= l.opts.queueEntryTTL/3 {
+	if a.queued && l.opts.clock.Since(a.enqueuedAt) >= l.opts.entryTTL(a.entry)/3-a.rewriteEarly() {
 		if err := a.enqueue(ctx); err != nil {
 			return nil, 0, err
 		}
 	}
 	// 2. Only the head of the queue contends for ownership (fairness, rule 6). A waiter
 	// that may be the head reads the owner record at the same time, saving a round trip.
-	// The head re-reads the queue only once per waiter poll: only a waiter with a skewed clock or a
-	// late enqueue could get ahead of it, and that is a matter of fairness, not safety.
+	// The head re-reads the queue only once per headQueuePoll: only a waiter with a skewed clock or
+	// a late enqueue could get ahead of it, and that is a matter of fairness, not safety.
 	now := l.opts.clock.Now()
-	if a.wasHead && now.Sub(a.queueReadAt) < l.opts.waiterPoll {
+	if a.wasHead && now.Sub(a.queueReadAt) < a.headQueuePoll() {
 		return a.contend(ctx, nil)
 	}
+	var record chan loaded // the owner record, read alongside the queue
 	if hinted.Kind == 0 && a.watchingHead(now) {
 		if a.recordTurn = !a.recordTurn; a.recordTurn {
-			return a.watchHead(ctx)
+			lease, wait, look, err := a.watchHead(ctx)
+			if look == nil {
+				return lease, wait, err
+			}
+			record = make(chan loaded, 1)
+			record <- *look
 		}
 	}
-	var record chan loaded // the owner record, read alongside the queue
-	if !a.queued || a.wasHead || hinted.Kind == HintFree {
+	if record == nil && (!a.queued || a.wasHead || hinted.Kind == HintFree) {
 		record = make(chan loaded, 1)
 		go func() {
 			r := loaded{sent: l.opts.clock.Now()}
@@ -212,16 +287,14 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 		if !a.queued {
 			return nil, l.opts.waiterPoll, a.enqueue(ctx)
 		}
-		if ahead == 1 {
-			// Next in line: look again a little sooner, the head may be granted any moment.
-			return nil, l.opts.nextInLinePoll(), nil
-		}
-		return nil, l.opts.waiterPoll, nil
+		// Next in line: without hints look again a little sooner, the head may be granted any
+		// moment; with hints its departure tells us.
+		return nil, a.restPoll(ahead == 1), nil
 	}
 	if hinted.Kind == HintAhead && record == nil {
 		// We just became the head: the waiter ahead of us was granted moments ago and tells us
 		// when it releases. Read the record at our next head poll, not now.
-		return nil, l.opts.pollInterval, nil
+		return nil, a.headPoll(), nil
 	}
 	var r *loaded
 	if record != nil {
@@ -264,7 +337,10 @@ func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.D
 				return nil, 0, err
 			}
 		}
-		return nil, min(wait, l.opts.pollInterval), nil
+		// Read again at the next head poll, or when the observation of a lease ends if that is
+		// sooner: a crashed holder's lock is taken over a lease after the first sighting of its
+		// last write, not a head poll later.
+		return nil, min(wait, a.headPoll()), nil
 	}
 
 	// 4. Grant ourselves the lock with a CAS conditioned on exactly the record we read.

@@ -18,9 +18,22 @@ import (
 // writes it again under its old name, keeping its place, though others' bounded queue reads may
 // miss it until their next whole read) and contends as the head. This is fairness only: the grant
 // is the usual compare-and-swap on exactly the record read. With the default options
-// deadHeadAfter is 2 s and deadHeadFree 1 s.
+// deadHeadAfter is 2 s and deadHeadFree 1 s (4 s for a head that listens for hints, which reads
+// the record every second).
 func (o options) deadHeadAfter() time.Duration { return 2 * o.waiterPoll }
-func (o options) deadHeadFree() time.Duration  { return max(o.waiterPoll, 4*o.pollInterval) }
+func (o options) deadHeadFree(head QueueEntry) time.Duration {
+	return max(o.waiterPoll, 4*o.headPollOf(head))
+}
+
+// headPollOf is how often the waiter of entry e reads the owner record as the head: every poll
+// interval without hints, every hintedHeadPoll with them (an entry with a hint address). Lockers of
+// one lock are assumed to share their poll settings.
+func (o options) headPollOf(e QueueEntry) time.Duration {
+	if e.Hint != "" {
+		return o.hintedHeadPoll()
+	}
+	return o.pollInterval
+}
 
 // nextInLinePoll is the poll of the waiter next in line: a little sooner than others', the head
 // may be granted any moment.
@@ -59,14 +72,15 @@ func (a *acquisition) watchingHead(now time.Time) bool {
 func (a *acquisition) nextInLine() bool { return a.ahead == 1 && a.head.Enqueued != 0 }
 
 // watchHead reads the owner record in place of a queue read, and contends as the head when the
-// head has left a grantable record untaken for deadHeadFree.
-func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, error) {
+// head has left a grantable record untaken for deadHeadFree. A record that it returns as look
+// asks the step to read the queue now, with that record (freeSeen).
+func (a *acquisition) watchHead(ctx context.Context) (lease *Lease, next time.Duration, look *loaded, err error) {
 	l := a.l
-	nextInLine := l.opts.nextInLinePoll()
+	nextInLine := a.restPoll(true)
 	r := loaded{sent: l.opts.clock.Now()}
 	r.rec, r.ok, r.err = l.load(ctx, a.lockID, false)
 	if r.err != nil {
-		return nil, 0, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
+		return nil, 0, nil, fmt.Errorf("lock %s: reading owner record: %w", a.lockID, r.err)
 	}
 	received := l.opts.clock.Now()
 	if r.ok && r.rec.Held() {
@@ -76,28 +90,41 @@ func (a *acquisition) watchHead(ctx context.Context) (*Lease, time.Duration, err
 		l.observe(a.lockID, r.rec, received)
 	}
 	if !a.nextInLine() {
-		return nil, l.opts.waiterPoll, nil // dropDead, not the head watch, removes entries ahead of us
+		return nil, a.restPoll(false), nil, nil // dropDead, not the head watch, removes entries ahead of us
 	}
 	if r.ok && r.rec.Held() && r.rec.Owner == a.head.Owner {
 		// The head's entry is the holder's own, left behind by its grant (removing it failed): the
 		// holder is not waiting, so we are the head. Remove the entry and contend as the head,
 		// which observes the holder's record like any head.
-		return a.skipHead(ctx, &r, "the queue head is the holder's leftover entry")
+		lease, next, err = a.skipHead(ctx, &r, "the queue head is the holder's leftover entry")
+		return lease, next, nil, err
 	}
 	if r.ok && r.rec.Held() {
 		// Held, by a live holder or not: the head judges that by its own observation, which may
 		// have started later than ours, so only a free record the head leaves untaken counts.
 		a.grantableSince = time.Time{}
-		return nil, nextInLine, nil
+		return nil, nextInLine, nil, nil
 	}
 	if a.grantableSince.IsZero() || !a.grantable.sameState(r.rec) {
 		a.grantable, a.grantableSince = r.rec, received
-		return nil, nextInLine, nil
+		return a.freeSeen(&r, nextInLine)
 	}
-	if r.sent.Sub(a.grantableSince) < l.opts.deadHeadFree() {
-		return nil, nextInLine, nil
+	if r.sent.Sub(a.grantableSince) < l.opts.deadHeadFree(a.head) {
+		return a.freeSeen(&r, nextInLine)
 	}
-	return a.skipHead(ctx, &r, "the queue head leaves the lock untaken")
+	lease, next, err = a.skipHead(ctx, &r, "the queue head leaves the lock untaken")
+	return lease, next, nil, err
+}
+
+// freeSeen is watchHead's answer to a free record that the head may still take: wait for the next
+// step. With hints our steps are far apart, and a free record may mean that we are the head
+// already and the hint that said so was lost: then the step goes on to read the queue, with the
+// record just read (look).
+func (a *acquisition) freeSeen(r *loaded, wait time.Duration) (lease *Lease, next time.Duration, look *loaded, err error) {
+	if a.hinted() {
+		return nil, 0, r, nil
+	}
+	return nil, wait, nil, nil
 }
 
 // skipHead removes the head's entry, which is not a live waiter's, and contends as the head on the

@@ -36,7 +36,7 @@ func (a *acquisition) enqueue(ctx context.Context) error {
 		a.entry = QueueEntry{Enqueued: l.enqueueTime(), Owner: l.owner.String(), Hint: a.hintAddr}
 	}
 	_, err := request(ctx, l, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, l.store.Enqueue(ctx, a.lockID, a.entry, l.opts.queueEntryTTL)
+		return struct{}{}, l.store.Enqueue(ctx, a.lockID, a.entry, l.opts.entryTTL(a.entry))
 	})
 	if err != nil {
 		return fmt.Errorf("lock %s: joining queue: %w", a.lockID, err)

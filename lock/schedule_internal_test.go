@@ -1,0 +1,53 @@
+package lock
+
+import (
+	"testing"
+	"time"
+)
+
+// TestScheduleDefaults pins the poll schedule's figures at the default options (docs/design.md,
+// the poll schedule): what each role waits, and how a watcher judges an entry by its mode (an entry
+// with a hint address is rewritten every 10 s, one without every 3.3 s), so that a Locker with
+// hints and one without on the same lock do not count each other's live entries dead.
+func TestScheduleDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name                          string
+		opts                          []Option
+		ttl, headPoll, rest           time.Duration
+		staleHinted, stalePlain       time.Duration
+		deadHeadHinted, deadHeadPlain time.Duration
+	}{
+		{name: "without hints", ttl: 10 * time.Second, headPoll: time.Second, rest: 10 * time.Second,
+			staleHinted: 12 * time.Second, stalePlain: 10*time.Second/3 + 2*time.Second, deadHeadHinted: 4 * time.Second, deadHeadPlain: time.Second},
+		{name: "with hints", opts: []Option{WithHinter(noHinter{})}, ttl: 30 * time.Second, headPoll: time.Second, rest: 10 * time.Second,
+			staleHinted: 12 * time.Second, stalePlain: 10*time.Second/3 + 2*time.Second, deadHeadHinted: 4 * time.Second, deadHeadPlain: time.Second},
+		{name: "lease 3s", opts: []Option{WithLease(3 * time.Second), WithHinter(noHinter{})}, ttl: 30 * time.Second, headPoll: 200 * time.Millisecond, rest: 10 * time.Second,
+			staleHinted: 12 * time.Second, stalePlain: 10*time.Second/3 + 2*time.Second, deadHeadHinted: time.Second, deadHeadPlain: time.Second},
+		{name: "explicit TTL", opts: []Option{WithQueueEntryTTL(6 * time.Second), WithHinter(noHinter{})}, ttl: 6 * time.Second, headPoll: time.Second, rest: 2 * time.Second,
+			staleHinted: 4 * time.Second, stalePlain: 4 * time.Second, deadHeadHinted: 4 * time.Second, deadHeadPlain: time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := buildOptions(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hinted, plain := QueueEntry{Hint: "10.0.0.1:9465"}, QueueEntry{}
+			for _, c := range []struct {
+				what      string
+				got, want time.Duration
+			}{
+				{"queue entry TTL", o.queueEntryTTL, tc.ttl},
+				{"hinted head poll", o.hintedHeadPoll(), tc.headPoll},
+				{"hinted rest poll", o.hintedRestPoll(hinted), tc.rest},
+				{"stale after, hinted entry", o.staleEntryAfter(hinted), tc.staleHinted},
+				{"stale after, plain entry", o.staleEntryAfter(plain), tc.stalePlain},
+				{"dead head free, hinted head", o.deadHeadFree(hinted), tc.deadHeadHinted},
+				{"dead head free, plain head", o.deadHeadFree(plain), tc.deadHeadPlain},
+			} {
+				if c.got != c.want {
+					t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
+				}
+			}
+		})
+	}
+}

@@ -33,7 +33,8 @@ type acquisition struct {
 	queueReadAt time.Time // Locker clock; when the queue was last read
 	othersSeen  bool      // the last queue read held entries of other owners
 	next        QueueEntry
-	triedFirst  bool // the CAS-first attempt (casFirst) has been made or ruled out
+	after       QueueEntry // the waiter behind next, who watches it (see Lease.release)
+	triedFirst  bool       // the CAS-first attempt (casFirst) has been made or ruled out
 
 	// Next in line, watching the head (see watchHead): the head entry and since when it has been
 	// the head (Locker clock), whether the next poll reads the record instead of the queue, and
@@ -50,6 +51,11 @@ type acquisition struct {
 	hintAddr string      // where we listen for hints; written into our queue entry
 	hints    <-chan Hint // hints for our queue entry
 	budget   hintBudget  // how many hints we may still act on
+	fallback bool        // a hint went missing: keep to the unhinted schedule (hintfallback.go)
+	polled   bool        // the current step was not triggered by a hint
+	sawHeld  bool        // as the head, our last record read found it held
+
+	watchHintAt time.Time // Locker clock; when we last acted on a release hint as the waiter behind the head
 }
 
 // acquire is the acquire loop: it makes steps (docs/design.md, Acquire) until granted, until a
@@ -60,6 +66,7 @@ func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 	defer stopListening()
 	a.hintAddr, a.hints, a.ahead = addr, hints, -1
 	a.budget = newHintBudget(l.opts.clock.Now(), l.opts.waiterPoll)
+	a.fallback = a.listening() && l.hintsMissed()
 	defer a.leaveQueue(ctx)
 
 	backoff := l.opts.pollInterval
@@ -95,16 +102,20 @@ func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 	}
 }
 
-// The poll schedule (docs/design.md, "Hand-off hints", the schedule): without hints every waiter
+// The poll schedule (docs/design.md, "The poll schedule"): without hints every waiter
 // polls, the head every poll interval, the others every waiter poll. An acquisition that listens
 // for hints (it has a hint address in its queue entry) is woken by them, and polls only as a safety
 // net: the head reads the owner record every hintedHeadPoll, the waiters behind it step every
 // hintedRestPoll, when their entries are due for a rewrite. Hints and polls only decide when a
 // step is taken, never what it may do.
 
-// hinted reports whether this acquisition listens for hints: others can tell it that it moved up
-// to the head or that the lock was given back.
-func (a *acquisition) hinted() bool { return a.hintAddr != "" }
+// listening reports whether this acquisition listens for hints (it has a hint address in its
+// queue entry).
+func (a *acquisition) listening() bool { return a.hintAddr != "" }
+
+// hinted reports whether this acquisition keeps to the hinted schedule: it listens for hints, and
+// none has gone missing lately (hintfallback.go).
+func (a *acquisition) hinted() bool { return a.listening() && !a.fallback }
 
 // headPoll is how long the head waits between reads of the owner record while nothing tells it of
 // a release.
@@ -180,6 +191,17 @@ func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
 			if !a.queued || h.LockID != a.lockID || h.Owner != a.entry.Owner || h.Enqueued != a.entry.Enqueued {
 				continue // for an entry that is not waiting any more
 			}
+			l.hintArrived()
+			a.fallback = false
+			if now := l.opts.clock.Now(); h.Kind == HintFree && a.ahead > 0 &&
+				(a.watchHintAt.IsZero() || now.Sub(a.watchHintAt) >= hintRefillPolls*l.opts.waiterPoll) {
+				// Told of a release while behind the head: most likely as the waiter behind it,
+				// to watch a head that may be dead (Lease.release). One such step per
+				// hintRefillPolls waiter polls comes apart from the budget, so that these hints,
+				// which rarely make progress, do not use up the tokens of the hints that do.
+				a.watchHintAt = now
+				return h, nil
+			}
 			if !a.budget.take(l.opts.clock.Now()) {
 				l.opts.log.V(1).Info("hint ignored: over the hint budget", "lock", a.lockID, "kind", h.Kind.String())
 				continue // the poll comes anyway
@@ -194,6 +216,7 @@ func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
 // ErrLocked.
 func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Duration, error) {
 	l := a.l
+	a.polled = hinted.Kind == 0
 	if !a.triedFirst {
 		a.triedFirst = true
 		if free, ok := l.takeFree(a.lockID); ok && !a.queued {
@@ -255,6 +278,9 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 	queue = a.dropDead(ctx, now, l.opts.clock.Now(), queue)
 	a.readQueue(now, queue)
 	ahead, found := position(queue, a.entry, l.owner)
+	if a.polled && found && ahead == 0 && a.ahead > 0 {
+		a.missed("ahead") // the waiter ahead of us left, and its hint did not come
+	}
 	a.followHead(now, queue, ahead)
 	if a.queued && !found && len(queue) >= queueReadLimit && queue[len(queue)-1].Less(a.entry) {
 		// Deeper in the queue than one read reaches: our entry is there, it just was not read.
@@ -286,6 +312,11 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 		}
 		if !a.queued {
 			return nil, l.opts.waiterPoll, a.enqueue(ctx)
+		}
+		if record != nil && a.nextInLine() {
+			if wait, ok := a.freeBehindHead(<-record); ok {
+				return nil, wait, nil
+			}
 		}
 		// Next in line: without hints look again a little sooner, the head may be granted any
 		// moment; with hints its departure tells us.
@@ -325,6 +356,10 @@ func (a *acquisition) contend(ctx context.Context, read *loaded) (*Lease, time.D
 	if l.opts.mutations.has(mutObserveFromSend) {
 		seen = r.sent
 	}
+	if a.polled && a.sawHeld && r.ok && !r.rec.Held() {
+		a.missed("free") // the holder gave the lock back, and its hint did not come
+	}
+	a.sawHeld = r.ok && r.rec.Held()
 	if wait := a.mustWait(r.rec, r.ok, seen, received); wait > 0 {
 		if a.block {
 			l.opts.observer(Event{Kind: EventQueued, LockID: a.lockID, Holder: r.rec.Owner, Token: r.rec.Token})

@@ -19,18 +19,21 @@ import (
 // miss it until their next whole read) and contends as the head. This is fairness only: the grant
 // is the usual compare-and-swap on exactly the record read. With the default options
 // deadHeadAfter is 2 s and deadHeadFree 1 s (4 s for a head that listens for hints, which reads
-// the record every second).
+// the record at least every second, whatever its lease).
 func (o options) deadHeadAfter() time.Duration { return 2 * o.waiterPoll }
 func (o options) deadHeadFree(head QueueEntry) time.Duration {
 	return max(o.waiterPoll, 4*o.headPollOf(head))
 }
 
-// headPollOf is how often the waiter of entry e reads the owner record as the head: every poll
-// interval without hints, every hintedHeadPoll with them (an entry with a hint address). Lockers of
-// one lock are assumed to share their poll settings.
+// headPollOf is at least how often the waiter of entry e reads the owner record as the head: every
+// poll interval without hints; with them (an entry with a hint address) every hintedHeadPoll of
+// its own lease, which the watcher does not know, so the longest a hinted head poll may be:
+// MaxHintedHeadPoll (or the poll interval, if longer). Judging by the watcher's own lease, a
+// watcher at a 3 s lease (head poll 200 ms) would skip the live head of a Locker at 15 s (1 s).
+// Lockers of one lock are assumed to share their poll interval.
 func (o options) headPollOf(e QueueEntry) time.Duration {
 	if e.Hint != "" {
-		return o.hintedHeadPoll()
+		return max(o.pollInterval, MaxHintedHeadPoll)
 	}
 	return o.pollInterval
 }
@@ -125,6 +128,28 @@ func (a *acquisition) freeSeen(r *loaded, wait time.Duration) (lease *Lease, nex
 		return nil, 0, r, nil
 	}
 	return nil, wait, nil, nil
+}
+
+// freeBehindHead is the step's answer, next in line, to a free record r read with the queue (told
+// of the release by a hint, or by watchHead): it starts (or goes on with) the watch of the free
+// record and returns when to look again, reading the record then: just after the head has left it
+// untaken for deadHeadFree. Without it a waiter that listens for hints would look again only at
+// its rest poll (10 s), and a dead head would keep the lock from everyone for up to two of them.
+// ok is false for a held record, or one that could not be read.
+func (a *acquisition) freeBehindHead(r loaded) (wait time.Duration, ok bool) {
+	if r.err != nil || (r.ok && r.rec.Held()) {
+		return 0, false
+	}
+	o := a.l.opts
+	now := o.clock.Now()
+	if a.grantableSince.IsZero() || !a.grantable.sameState(r.rec) {
+		a.grantable, a.grantableSince = r.rec, now
+	}
+	a.recordTurn = false // the next step that no hint triggers reads the record (see step)
+	// Past deadHeadFree by a tenth of it, so that the jitter of the wait (±10 %) cannot bring
+	// the look before it; and never later than our usual step.
+	wait = a.grantableSince.Add(o.deadHeadFree(a.head)*11/10 + o.pollInterval).Sub(now)
+	return min(max(wait, o.pollInterval), a.restPoll(true)), true
 }
 
 // skipHead removes the head's entry, which is not a live waiter's, and contends as the head on the

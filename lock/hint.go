@@ -121,6 +121,18 @@ func nextWaiter(queue []QueueEntry, owner Owner) (QueueEntry, bool) {
 	return QueueEntry{}, false
 }
 
+// secondWaiter returns the entry of another owner after first in queue: the waiter next in line
+// behind the head, which watches it (deadhead.go).
+func secondWaiter(queue []QueueEntry, owner Owner, first QueueEntry) (QueueEntry, bool) {
+	self := owner.String()
+	for _, e := range queue {
+		if e.Owner != self && !e.Same(first) && first.Less(e) {
+			return e, true
+		}
+	}
+	return QueueEntry{}, false
+}
+
 // rememberBusy records that a release of ours just handed lockID to a waiter (see step).
 func (l *Locker) rememberBusy(lockID string) {
 	l.mu.Lock()

@@ -29,6 +29,8 @@ type Lease struct {
 	// then hands over to them, and this Locker's next acquisition must not start from the free
 	// record: casFirst), and who is next, to be told when the record is given back.
 	queue queueView
+	// grantSent is when the granting write was sent (Locker clock).
+	grantSent time.Time
 
 	mu         sync.Mutex
 	rec        Record    // the last record this lease knows it wrote
@@ -51,12 +53,14 @@ type queueView struct {
 	read       time.Time // Locker clock; when it was read
 	othersSeen bool      // it held entries of other owners
 	next       QueueEntry
+	after      QueueEntry // the waiter behind next
 }
 
 func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}, queue queueView) *Lease {
 	lease := &Lease{
 		l: l, lockID: lockID, token: rec.Token, rec: rec,
 		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued, queue: queue,
+		grantSent: sent,
 	}
 	l.opts.log.Info("lock acquired", "lock", lockID, "token", rec.Token, "owner", rec.Owner)
 	lease.mu.Lock()

@@ -237,7 +237,7 @@ func (o options) entryTTL(e QueueEntry) time.Duration {
 // hintedHeadPoll is how long the head of the queue of a Locker with a Hinter waits between reads of
 // the owner record: at most MaxHintedHeadPoll (the bound on what a lost release hint costs) and at
 // most lease/15, so that the head sees each renewal of a holder soon enough for a crashed holder's
-// lease to expire within about 1.05 leases of its last renewal (docs/design.md, Hand-off hints).
+// lease to expire within about 1.05 leases of its last renewal (docs/design.md, "The poll schedule").
 func (o options) hintedHeadPoll() time.Duration {
 	return max(o.pollInterval, min(MaxHintedHeadPoll, o.lease/15))
 }

@@ -28,6 +28,7 @@ func (l *Locker) enqueueTime() int64 {
 func (a *acquisition) readQueue(now time.Time, queue []QueueEntry) {
 	a.queueReadAt = now
 	a.next, a.othersSeen = nextWaiter(queue, a.l.owner)
+	a.after, _ = secondWaiter(queue, a.l.owner, a.next)
 }
 
 func (a *acquisition) enqueue(ctx context.Context) error {

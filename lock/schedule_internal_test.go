@@ -8,7 +8,9 @@ import (
 // TestScheduleDefaults pins the poll schedule's figures at the default options (docs/design.md,
 // the poll schedule): what each role waits, and how a watcher judges an entry by its mode (an entry
 // with a hint address is rewritten every 10 s, one without every 3.3 s), so that a Locker with
-// hints and one without on the same lock do not count each other's live entries dead.
+// hints and one without on the same lock do not count each other's live entries dead. A watcher
+// judges a hinted head by the longest head poll a hinted Locker may have (MaxHintedHeadPoll), not
+// by its own lease: a watcher at a 3 s lease must not skip the live head of a Locker at 15 s.
 func TestScheduleDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		name                          string
@@ -22,7 +24,7 @@ func TestScheduleDefaults(t *testing.T) {
 		{name: "with hints", opts: []Option{WithHinter(noHinter{})}, ttl: 30 * time.Second, headPoll: time.Second, rest: 10 * time.Second,
 			staleHinted: 12 * time.Second, stalePlain: 10*time.Second/3 + 2*time.Second, deadHeadHinted: 4 * time.Second, deadHeadPlain: time.Second},
 		{name: "lease 3s", opts: []Option{WithLease(3 * time.Second), WithHinter(noHinter{})}, ttl: 30 * time.Second, headPoll: 200 * time.Millisecond, rest: 10 * time.Second,
-			staleHinted: 12 * time.Second, stalePlain: 10*time.Second/3 + 2*time.Second, deadHeadHinted: time.Second, deadHeadPlain: time.Second},
+			staleHinted: 12 * time.Second, stalePlain: 10*time.Second/3 + 2*time.Second, deadHeadHinted: 4 * time.Second, deadHeadPlain: time.Second},
 		{name: "explicit TTL", opts: []Option{WithQueueEntryTTL(6 * time.Second), WithHinter(noHinter{})}, ttl: 6 * time.Second, headPoll: time.Second, rest: 2 * time.Second,
 			staleHinted: 4 * time.Second, stalePlain: 4 * time.Second, deadHeadHinted: 4 * time.Second, deadHeadPlain: time.Second},
 	} {

@@ -13,7 +13,7 @@ import (
 	"github.com/baton-dev/baton/lock/memstore"
 )
 
-// The poll schedule with hints (docs/design.md, "Hand-off hints", the schedule): hints wake the
+// The poll schedule with hints (docs/design.md, "The poll schedule"): hints wake the
 // waiters, and polls are a safety net. These tests pin the two bounds the safety net gives, on
 // virtual time with the default options: a lost release hint costs the head at most one hinted
 // head poll (MaxHintedHeadPoll at the default lease), and a crashed holder's lock is taken over

@@ -1,5 +1,6 @@
 # baton image: the sidecar (entrypoint), the operator (/usr/local/bin/operator, as the chart runs it) and the baton CLI.
 # Build: docker build -t baton .   (the RUN line below is `make build`'s command, verbatim)
+#        add --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) for --version
 #
 # Both bases are pinned by digest (the tag is kept for the reader; the digest wins), so a rebuild
 # of the same commit starts from the same bytes. The digests are the multi-platform index digests.
@@ -11,7 +12,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/ ./cmd/...
+# What every binary states for --version (the build context has no .git, so without them it says
+# "devel commit unknown"): docker build --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) .
+ARG VERSION=""
+ARG COMMIT=""
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/baton-dev/baton/internal/version.release=${VERSION} -X github.com/baton-dev/baton/internal/version.commit=${COMMIT}" -o bin/ ./cmd/...
 
 FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
 COPY --from=build /src/bin/ /usr/local/bin/

@@ -11,8 +11,17 @@ TESTFLAGS ?=
 # Go's fuzzing coordinator at its deadline and fails now and then with a bare "context deadline
 # exceeded" and no failing input (golang/go#75804). FUZZTIME=30s (or 2000000x) overrides them all.
 FUZZTIME  ?=
-# The one build command; the Dockerfile runs exactly this line (make check verifies it).
-BUILD     := CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/ ./cmd/...
+# The release and commit every binary states for --version, set with -X in internal/version
+# (make build VERSION=v1.2.3 COMMIT=$(git rev-parse HEAD); make release sets both). Left empty,
+# the binaries state what the go command stamped: a pseudo-version and the commit in a git
+# checkout, "devel commit unknown" without one. Exported: the BUILD line reads them from its shell,
+# as the Dockerfile's RUN line reads its build arguments VERSION and COMMIT.
+VERSION   ?=
+COMMIT    ?=
+export VERSION COMMIT
+# The one build command; the Dockerfile runs exactly this line (make check verifies it). $$ is
+# make's escape for the shell's $.
+BUILD     := CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/baton-dev/baton/internal/version.release=$${VERSION} -X github.com/baton-dev/baton/internal/version.commit=$${COMMIT}" -o bin/ ./cmd/...
 
 .PHONY: help
 help: ## list targets
@@ -41,11 +50,11 @@ install-deps: ## install what the tests run into ~/.cache/baton: Cassandra (Mave
 	  $(GO) run ./hack/kube install >/dev/null; \
 	  echo "install-deps: everything installed after $${SECONDS}s"
 
-# Packages tested without the race detector: image building (gzip and hashing of a 75 MB layer take
+# Packages tested without the race detector: image building and releasing (gzip and hashing of a 75 MB layer take
 # five times as long under -race) and the real node's end-to-end tests, whose code under test runs
 # in pods (built without -race, as users run it) and which build the images too. Every package of
 # the lock, the sidecar, the operator and the tools around them runs with -race.
-NORACE := /internal/build/imagebuild$$|/internal/build/ociimage$$|/test/e2e$$
+NORACE := /internal/build/imagebuild$$|/internal/build/ociimage$$|/internal/build/release$$|/test/e2e$$
 
 .PHONY: test
 test: check install-deps ## all tests, race detector on, against real Cassandra nodes and a real kube-apiserver (install-deps first)
@@ -72,6 +81,11 @@ test: check install-deps ## all tests, race detector on, against real Cassandra 
 	@! grep -qE '^(FAIL|panic:|--- FAIL)' $(OUT)/test.log
 	@echo "full log: $(OUT)/test.log"
 	@echo "test: $$(grep -cE '^\s*--- PASS' $(OUT)/test.log) passed, $$(grep -cE '^\s*--- FAIL' $(OUT)/test.log) failed"
+
+.PHONY: test-skew
+test-skew: install-deps ## version skew: sidecars of release N-1 (a pinned commit, built from git and cached) and of this tree on one lock, real Cassandra: hand-off and SIGKILL failover both ways (make test runs the hand-off only)
+	$(GO) test -race -count=1 -timeout 20m -v ./test/skew/ -skew.full 2>&1 \
+	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|cassandra |\s+\S+_test\.go:[0-9]+: )'
 
 .PHONY: test-short
 test-short: ## the quick loop: unit tests, simulations and golden files; skips what needs Cassandra, an API server or built tools (-short)
@@ -236,6 +250,16 @@ build: ## build the binaries (sidecar, operator, baton) into bin/, as the Docker
 image: ## build the baton, pause and demoapp images (baton.local/*:dev) into _out/images.tar without Docker, and their CycloneDX SBOMs into _out/sbom/; import with ctr -n k8s.io images import, docker load or kind load image-archive
 	$(BUILD)
 	$(GO) run ./hack/image -out $(OUT) -baton-bin bin
+
+# A release, built here (no public registry exists yet): hack/release and package
+# internal/build/release; docs/supply-chain.md says how to push and install it.
+ALLOW_DIRTY ?=
+
+.PHONY: release
+release: ## write release VERSION=vX.Y.Z into _out/release/VERSION/: the baton image as an OCI archive (ctr import, docker load, kind load image-archive, crane push), the chart packaged (helm push), the image's SBOM and SHA256SUMS; refuses uncommitted changes unless ALLOW_DIRTY=1
+	@if [ -z "$(VERSION)" ]; then echo "make release: set VERSION=vX.Y.Z, a semantic version with a leading v (e.g. make release VERSION=v0.1.0)"; exit 2; fi
+	@echo "release: compiling hack/release (go run prints nothing while it compiles)"
+	$(GO) run ./hack/release -version '$(VERSION)' -out $(OUT)/release $(if $(filter 1 true yes,$(ALLOW_DIRTY)),-allow-dirty)
 
 .PHONY: cassandra-start cassandra-stop
 cassandra-start: ## start a local single-node Cassandra on 127.0.0.1:9042 (left running)

@@ -409,7 +409,7 @@ func TestDefaultRender(t *testing.T) {
 			}
 		}
 		for _, flag := range []string{"cassandra-hosts", "global-namespaces", "cassandra-username-file", "cassandra-tls-ca",
-			"cassandra-allow-anonymous", "cassandra-allowed-hosts", "cassandra-operator-keyspaces"} {
+			"cassandra-allow-anonymous", "cassandra-allowed-hosts", "cassandra-operator-keyspaces", "cassandra-tls-server-name"} {
 			if v, ok := arg(d, flag); ok {
 				t.Errorf("--%s=%q set by default", flag, v)
 			}
@@ -585,9 +585,12 @@ func TestValues(t *testing.T) {
 					}
 				}
 			}},
-		{"TLS with a CA only", []string{"cassandra.tls.secretName=cass-ca", "cassandra.tls.certKey="}, func(t *testing.T, _ map[string]object, d *appsv1.Deployment) {
+		{"TLS with a CA only", []string{"cassandra.tls.secretName=cass-ca", "cassandra.tls.certKey=", "cassandra.tls.serverName=cassandra.db.svc"}, func(t *testing.T, _ map[string]object, d *appsv1.Deployment) {
 			if _, ok := arg(d, "cassandra-tls-ca"); !ok {
 				t.Error("--cassandra-tls-ca missing")
+			}
+			if got, _ := arg(d, "cassandra-tls-server-name"); got != "cassandra.db.svc" {
+				t.Errorf("--cassandra-tls-server-name=%q, want the chart's cassandra.tls.serverName", got)
 			}
 			for _, flag := range []string{"cassandra-tls-cert", "cassandra-tls-key"} {
 				if v, ok := arg(d, flag); ok {

@@ -57,6 +57,12 @@ const (
 	// contact point off its allow-list, a Secret without the opt-in label, no credentials); it
 	// makes no connection (see PoolSource).
 	ReasonConnectionNotAllowed = "ConnectionNotAllowed"
+	// ReasonAuthenticationFailed: Cassandra refused the lock's own login (or client certificate),
+	// which its sidecars use too: they refuse to start with the same error.
+	ReasonAuthenticationFailed = "AuthenticationFailed"
+	// ReasonServerNotTrusted: a Cassandra server's certificate does not verify against the lock's
+	// CA and server name, which its sidecars use too.
+	ReasonServerNotTrusted = "ServerNotTrusted"
 )
 
 // DefaultStatusInterval is how often the reconciler re-reads the lock store when nothing in
@@ -287,19 +293,26 @@ func (r *DistributedLockReconciler) storeFailed(ctx context.Context, orig, dl *b
 	}
 	r.Metrics.unreachable(dl)
 	reason, ready := ReasonStoreUnreachable, "the lock store could not be read; status.locks shows the last state seen"
-	was := meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionStoreReachable)
-	announce := was != nil && was.Status == metav1.ConditionTrue
 	if errors.Is(err, cassandrastore.ErrClusterMismatch) {
 		reason, ready = ReasonClusterMismatch, "the contact points reach another Cassandra cluster than the one this lock lives on; status.locks shows the last state seen on it"
-		announce = was == nil || was.Reason != ReasonClusterMismatch
 		log.Info("lock store is another Cassandra cluster; not reading it", "err", msg)
 	} else if errors.Is(err, errConnectionNotAllowed) {
 		reason, ready = ReasonConnectionNotAllowed, "the operator refuses this lock's Cassandra connection; StoreReachable says why"
-		announce = was == nil || was.Reason != ReasonConnectionNotAllowed
 		log.Info("lock store connection not allowed; not connecting", "err", msg)
+	} else if errors.Is(err, cassandrastore.ErrAuthentication) {
+		reason, ready = ReasonAuthenticationFailed, "Cassandra refuses this lock's credentials, which its sidecars use too: they refuse to start; StoreReachable says why"
+		log.Info("lock store refused the lock's login", "err", msg)
+	} else if errors.Is(err, cassandrastore.ErrServerNotTrusted) {
+		reason, ready = ReasonServerNotTrusted, "the Cassandra servers' certificates do not verify with this lock's CA and server name, which its sidecars use too: they refuse to start; StoreReachable says why"
+		log.Info("lock store certificate not trusted", "err", msg)
 	} else {
 		log.Info("lock store unreachable", "err", msg)
 	}
+	// One Warning each time the lock enters this failure: from True, from Connecting (a lock whose
+	// store never answered), or from another failure; none for the reconciles that find it still
+	// failing the same way.
+	was := meta.FindStatusCondition(orig.Status.Conditions, batonv1.ConditionStoreReachable)
+	announce := was == nil || was.Status != metav1.ConditionFalse || was.Reason != reason
 	r.setCondition(dl, batonv1.ConditionStoreReachable, metav1.ConditionFalse, reason, msg)
 	r.setCondition(dl, batonv1.ConditionReady, metav1.ConditionFalse, reason, ready)
 	if announce {
@@ -352,8 +365,11 @@ func (r *DistributedLockReconciler) inspect(ctx context.Context, dl *batonv1.Dis
 	return out, nil
 }
 
-// rolloutSafety sets RolloutSafe from the Deployments and StatefulSets that use dl, with a
-// Warning Event when it turns False.
+// rolloutSafety sets RolloutSafe from the Deployments and StatefulSets that use dl. When a
+// workload's problem is new (not in the condition's message before), it raises a Warning Event
+// on the lock and one on the workload itself, where `kubectl describe deployment` and tools that
+// watch the workload's Events (Argo CD) show it. It does not repeat an Event while the problem
+// stays, nor withdraw one when the problem is fixed: the condition says what holds now.
 func (r *DistributedLockReconciler) rolloutSafety(ctx context.Context, dl *batonv1.DistributedLock) {
 	var deps appsv1.DeploymentList
 	var sets appsv1.StatefulSetList
@@ -364,16 +380,29 @@ func (r *DistributedLockReconciler) rolloutSafety(ctx context.Context, dl *baton
 		r.setCondition(dl, batonv1.ConditionRolloutSafe, metav1.ConditionUnknown, "ListFailed", "listing workloads: "+err.Error())
 		return
 	}
-	problems := RolloutProblems(dl, deps.Items, sets.Items)
-	if len(problems) == 0 {
+	stalls := RolloutStalls(dl, deps.Items, sets.Items)
+	if len(stalls) == 0 {
 		r.setCondition(dl, batonv1.ConditionRolloutSafe, metav1.ConditionTrue, "RolloutsProceed",
 			"no Deployment or StatefulSet using this lock would stall its rollout under the traffic policy")
 		return
 	}
+	problems := make([]string, len(stalls))
+	for i, st := range stalls {
+		problems[i] = st.Message
+	}
 	msg := strings.Join(problems, "; ")
 	was := meta.FindStatusCondition(dl.Status.Conditions, batonv1.ConditionRolloutSafe)
+	known := func(p string) bool {
+		return was != nil && was.Status == metav1.ConditionFalse && strings.Contains(was.Message, p)
+	}
 	if was == nil || was.Status != metav1.ConditionFalse || was.Message != msg {
 		r.Recorder.Eventf(dl, nil, corev1.EventTypeWarning, ReasonRolloutWouldStall, "CheckRollout", "%s", msg)
+	}
+	for _, st := range stalls {
+		if !known(st.Message) {
+			r.Recorder.Eventf(st.Workload, dl, corev1.EventTypeWarning, ReasonRolloutWouldStall, "CheckRollout",
+				"%s (DistributedLock %s, condition %s)", st.Message, dl.Name, batonv1.ConditionRolloutSafe)
+		}
 	}
 	r.setCondition(dl, batonv1.ConditionRolloutSafe, metav1.ConditionFalse, ReasonRolloutWouldStall, msg)
 }

@@ -6,36 +6,50 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/inject"
 )
 
-// RolloutProblems explains, workload by workload, why rollouts of the Deployments and
+// Stall is a workload whose rollout would stall, and why.
+type Stall struct {
+	// Workload is the *appsv1.Deployment or *appsv1.StatefulSet, a pointer into the list given
+	// to RolloutStalls.
+	Workload client.Object
+	// Message names the workload, says why it would stall and the setting that fixes it.
+	Message string
+}
+
+// RolloutStalls explains, workload by workload, why rollouts of the Deployments and
 // StatefulSets that use dl (pod template annotation baton.dev/lock: <dl.Name>) would stall, and
-// the setting that fixes each. It returns nothing when standbys can be Ready: mode Try with
-// trafficPolicy Label or None.
+// the setting that fixes each. Their pods get the defaults of inject.WorkloadRolled for what dl
+// leaves unset (inject.Defaults). It returns nothing when standbys can be Ready: under those
+// defaults (trafficPolicy Label, the app started at once), or in mode Try with trafficPolicy
+// Label or None.
 //
 // Standbys stay NotReady, whatever their revision, in two cases: under ReadinessGate, which
-// makes only the holder Ready; and in mode Blocking under any policy, because the sidecar's
-// startup probe holds a pod's app containers back until it holds the lock, so a standby's app
-// never starts (a real kubelet showed this; see standbysStayNotReady). A Deployment scales down its old pods only while at least replicas − maxUnavailable
-// pods are available. Once the old holder is the last old pod and the new pods wait for its lock,
-// one pod is available, so the holder is removed only when replicas − maxUnavailable ≤ 0: the
-// rollout needs maxUnavailable ≥ replicas (100%) or the Recreate strategy. A StatefulSet creates
-// pods one by one after the previous is Ready (OrderedReady) and rolls one pod at a time waiting
-// for the updated pod to be Ready, which a standby never is.
-func RolloutProblems(dl *batonv1.DistributedLock, deployments []appsv1.Deployment, statefulSets []appsv1.StatefulSet) []string {
+// makes only the holder Ready; and when the app is held back until the lock is held (spec.mode
+// Blocking set explicitly, or unset under a policy other than Label), because the sidecar's
+// startup probe holds a pod's app containers back, so a standby's app never starts (a real
+// kubelet showed this; see standbysStayNotReady). A Deployment scales down its old pods only
+// while at least replicas − maxUnavailable pods are available. Once the old holder is the last
+// old pod and the new pods wait for its lock, one pod is available, so the holder is removed only
+// when replicas − maxUnavailable ≤ 0: the rollout needs maxUnavailable ≥ replicas (100%) or the
+// Recreate strategy. A StatefulSet creates pods one by one after the previous is Ready
+// (OrderedReady) and rolls one pod at a time waiting for the updated pod to be Ready, which a
+// standby never is. It does not look at DaemonSets, nor at what the pods' own probes do.
+func RolloutStalls(dl *batonv1.DistributedLock, deployments []appsv1.Deployment, statefulSets []appsv1.StatefulSet) []Stall {
 	why, fix := standbysStayNotReady(dl)
 	if why == "" {
 		return nil
 	}
-	var out []string
+	var out []Stall
 	for i := range deployments {
 		d := &deployments[i]
 		if usesLock(d.Namespace, d.Spec.Template.Annotations, dl) {
 			if p := deploymentProblem(d, why, fix); p != "" {
-				out = append(out, p)
+				out = append(out, Stall{Workload: d, Message: p})
 			}
 		}
 	}
@@ -43,9 +57,18 @@ func RolloutProblems(dl *batonv1.DistributedLock, deployments []appsv1.Deploymen
 		s := &statefulSets[i]
 		if usesLock(s.Namespace, s.Spec.Template.Annotations, dl) {
 			if p := statefulSetProblem(s, why, fix); p != "" {
-				out = append(out, p)
+				out = append(out, Stall{Workload: s, Message: p})
 			}
 		}
+	}
+	return out
+}
+
+// RolloutProblems is the messages of RolloutStalls.
+func RolloutProblems(dl *batonv1.DistributedLock, deployments []appsv1.Deployment, statefulSets []appsv1.StatefulSet) []string {
+	var out []string
+	for _, s := range RolloutStalls(dl, deployments, statefulSets) {
+		out = append(out, s.Message)
 	}
 	return out
 }
@@ -56,20 +79,23 @@ func usesLock(namespace string, annotations map[string]string, dl *batonv1.Distr
 		!inject.OptedOut(annotations[batonv1.AnnotationInject])
 }
 
-// standbysStayNotReady says why pods that wait for dl's lock are never Ready, and the change to
-// dl that would let them be; "" when they can be Ready.
+// rolloutDefaults is what fixes a stall by leaving the settings to the defaults of Deployments
+// and StatefulSets.
+const rolloutDefaults = "or remove spec.mode and spec.trafficPolicy from the DistributedLock: the defaults for " +
+	"Deployments and StatefulSets start the app at once on every pod and label only the holder " +
+	batonv1.LabelRole + "=" + batonv1.RoleHolder + ", for a Service that selects it"
+
+// standbysStayNotReady says why the pods of Deployments and StatefulSets that wait for dl's lock
+// are never Ready, and the change to dl that would let them be; "" when they can be Ready.
 func standbysStayNotReady(dl *batonv1.DistributedLock) (why, fix string) {
-	gate := dl.Spec.TrafficPolicy == "" || dl.Spec.TrafficPolicy == batonv1.TrafficReadinessGate
-	blocking := dl.Spec.Mode == "" || dl.Spec.Mode == batonv1.ModeBlocking
+	b := inject.Defaults(dl.Spec, inject.WorkloadRolled)
 	switch {
-	case blocking:
+	case b.HoldBackApp:
 		// The injected startup probe ("baton wait") gates the app containers until the locks are
 		// held; without native sidecars it keeps the sidecar, and so the pod, NotReady instead.
-		return "standbys stay NotReady in mode Blocking (their app containers start only once they hold the lock)",
-			"or set the DistributedLock's spec.mode to Try and spec.trafficPolicy to Label (the app then asks for the lock itself)"
-	case gate:
-		return "standbys stay NotReady under trafficPolicy ReadinessGate",
-			"or set the DistributedLock's spec.trafficPolicy to Label"
+		return "standbys stay NotReady in mode Blocking (their app containers start only once they hold the lock)", rolloutDefaults
+	case b.Traffic == batonv1.TrafficReadinessGate:
+		return "standbys stay NotReady under trafficPolicy ReadinessGate", rolloutDefaults
 	}
 	return "", ""
 }

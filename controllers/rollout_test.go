@@ -31,8 +31,15 @@ func rolling(maxUnavailable intstr.IntOrString) appsv1.DeploymentStrategy {
 		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &maxUnavailable}}
 }
 
+// blockingLock is a DistributedLock that holds its pods' apps back (spec.mode Blocking, set):
+// its standbys are never Ready.
+func blockingLock() *batonv1.DistributedLock {
+	return &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "leader"},
+		Spec: batonv1.DistributedLockSpec{Mode: batonv1.ModeBlocking}}
+}
+
 func TestRolloutProblemsDeployments(t *testing.T) {
-	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "leader"}}
+	dl := blockingLock()
 	for _, tc := range []struct {
 		name string
 		d    appsv1.Deployment
@@ -64,27 +71,57 @@ func TestRolloutProblemsDeployments(t *testing.T) {
 	if got := RolloutProblems(other, []appsv1.Deployment{deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader"))}, nil); len(got) > 0 {
 		t.Errorf("a Deployment in another namespace is reported: %q", got)
 	}
-	for _, policy := range []batonv1.TrafficPolicy{batonv1.TrafficLabel, batonv1.TrafficNone} {
+	stock := []appsv1.Deployment{deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader"))}
+	for _, tc := range []struct {
+		mode    batonv1.LockMode
+		traffic batonv1.TrafficPolicy
+		want    string // "" = no problem
+	}{
+		// The defaults of a Deployment's pods: Label, the app started at once.
+		{"", "", ""},
+		{"", batonv1.TrafficLabel, ""},
+		{batonv1.ModeTry, "", ""},
+		{batonv1.ModeTry, batonv1.TrafficLabel, ""},
+		{batonv1.ModeTry, batonv1.TrafficNone, ""},
+		// In mode Blocking, set or (under another policy than Label) left unset, the startup
+		// probe keeps a standby's app from starting, so the standby is never Ready whatever the
+		// traffic policy: the real kubelet in test/e2e showed it.
+		{batonv1.ModeBlocking, "", "mode Blocking"},
+		{batonv1.ModeBlocking, batonv1.TrafficLabel, "mode Blocking"},
+		{"", batonv1.TrafficNone, "mode Blocking"},
+		{"", batonv1.TrafficReadinessGate, "mode Blocking"},
+		{batonv1.ModeTry, batonv1.TrafficReadinessGate, "trafficPolicy ReadinessGate"},
+	} {
 		l := dl.DeepCopy()
-		l.Spec.TrafficPolicy, l.Spec.Mode = policy, batonv1.ModeTry
-		if got := RolloutProblems(l, []appsv1.Deployment{deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader"))}, nil); len(got) > 0 {
-			t.Errorf("mode Try, trafficPolicy %s: problems %q, want none (standbys' apps run and they are Ready)", policy, got)
-		}
-		// In mode Blocking (also the default) the startup probe keeps a standby's app from
-		// starting, so the standby is never Ready whatever the traffic policy: the real kubelet in
-		// test/e2e showed it.
-		for _, mode := range []batonv1.LockMode{"", batonv1.ModeBlocking} {
-			l.Spec.Mode = mode
-			got := RolloutProblems(l, []appsv1.Deployment{deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader"))}, nil)
-			if len(got) != 1 || !strings.Contains(got[0], "mode Blocking") || !strings.Contains(got[0], "spec.mode to Try") {
-				t.Errorf("mode %q, trafficPolicy %s: problems %q, want one saying standbys stay NotReady in mode Blocking", mode, policy, got)
-			}
+		l.Spec.Mode, l.Spec.TrafficPolicy = tc.mode, tc.traffic
+		got := RolloutProblems(l, stock, nil)
+		switch {
+		case tc.want == "" && len(got) > 0:
+			t.Errorf("mode %q, trafficPolicy %q: problems %q, want none (standbys' apps run and they are Ready)", tc.mode, tc.traffic, got)
+		case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want) || !strings.Contains(got[0], "remove spec.mode and spec.trafficPolicy")):
+			t.Errorf("mode %q, trafficPolicy %q: problems %q, want one saying %q and naming the defaults", tc.mode, tc.traffic, got, tc.want)
 		}
 	}
 }
 
+// TestRolloutStallsNameTheWorkload: each stall points at its workload, so that the reconciler
+// can raise the Event on it.
+func TestRolloutStallsNameTheWorkload(t *testing.T) {
+	deps := []appsv1.Deployment{deployment("web", 3, appsv1.DeploymentStrategy{}, template("leader")),
+		deployment("fine", 3, rolling(intstr.FromString("100%")), template("leader"))}
+	sets := []appsv1.StatefulSet{{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "db"},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(3)), Template: template("leader")}}}
+	got := RolloutStalls(blockingLock(), deps, sets)
+	if len(got) != 2 || got[0].Workload != &deps[0] || got[1].Workload != &sets[0] {
+		t.Fatalf("stalls %+v, want Deployment web and StatefulSet db", got)
+	}
+	if !strings.HasPrefix(got[0].Message, "Deployment web:") || !strings.HasPrefix(got[1].Message, "StatefulSet db:") {
+		t.Errorf("messages %q, %q", got[0].Message, got[1].Message)
+	}
+}
+
 func TestRolloutProblemsStatefulSets(t *testing.T) {
-	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "leader"}}
+	dl := blockingLock()
 	sts := func(replicas int32, policy appsv1.PodManagementPolicyType, update appsv1.StatefulSetUpdateStrategy) appsv1.StatefulSet {
 		return appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "db"},
 			Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(replicas), PodManagementPolicy: policy, UpdateStrategy: update, Template: template("leader")}}

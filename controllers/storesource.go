@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -33,12 +34,18 @@ var errConnectionNotAllowed = errors.New("connection not allowed")
 // operator's defaults overridden by spec.cassandra, Secrets read from the lock's namespace),
 // checks it against the operator's policy and takes the session from a pool.
 //
-// The policy keeps the operator from being used against its users (a confused deputy): it
-// connects only to contact points on its allow-list, uses only Secrets labelled
-// batonv1.LabelCassandraSecret=true, uses its own credentials only on its own contact points and
-// keyspaces, and refuses a connection without credentials unless AllowAnonymous. The zero value of
-// each policy field is the strict setting. It does not guarantee that a Secret's owner meant it for
-// this particular lock: any DistributedLock of the namespace may name a labelled Secret.
+// The connection is the one the lock's sidecars make, credentials and TLS included, so the
+// lock's status says what its sidecars see: the operator's own credentials (Defaults) never
+// serve a lock, they only create the schema in the operator's keyspaces (see Store).
+//
+// The policy keeps the operator from being used against its users (a confused deputy) and the
+// sidecars from connecting in a way that cannot work: it connects only to contact points on its
+// allow-list, uses only Secrets labelled batonv1.LabelCassandraSecret=true, refuses a connection
+// without credentials unless AllowAnonymous, and refuses a connection in clear text to its own
+// contact points when it reaches them over TLS. The webhook asks the same policy (Refuses) before
+// it injects a sidecar. The zero value of each policy field is the strict setting. It does not
+// guarantee that a Secret's owner meant it for this particular lock: any DistributedLock of the
+// namespace may name a labelled Secret.
 type PoolSource struct {
 	Pool *storepool.Pool
 	// Secrets reads the Secrets named by spec.cassandra; an uncached reader (the manager's API
@@ -47,10 +54,15 @@ type PoolSource struct {
 	// Config holds the default connection.
 	Config inject.Config
 	// Defaults are the operator's own credentials and TLS material for its default contact points
-	// and keyspaces (see OperatorKeyspaces). They are never sent to contact points a
-	// DistributedLock chose, nor used for another keyspace (only the CA, which proves nothing,
-	// still verifies the servers there).
+	// and keyspaces (see OperatorKeyspaces). The operator uses them only to create the schema
+	// there (with EnsureSchema), never for a DistributedLock's reads or revocations, never on
+	// contact points a DistributedLock chose, and they never reach a sidecar.
 	Defaults cassandrastore.Credentials
+	// EnsureSchema makes Store open the operator's own connection (Defaults) to a lock's keyspace
+	// before the lock's, when that keyspace is one of the operator's, so that the pool creates the
+	// schema with the operator's rights (storepool.WithEnsureSchema with EnsuresSchema) rather
+	// than the lock's. Set it when the pool ensures the schema.
+	EnsureSchema bool
 	// AllowedContactPoints are the contact points a DistributedLock may use, each "host" (port
 	// 9042) or "host:port"; "*" allows any (the operator then sends a lock's credentials wherever
 	// its author says). Empty: only the default contact points (Config.Cassandra.ContactPoints).
@@ -67,18 +79,43 @@ type PoolSource struct {
 
 var _ StoreSource = (*PoolSource)(nil)
 
-// Store implements StoreSource. Its errors never show the connection's user name or password.
+// Store implements StoreSource: the store of dl's own connection, as its sidecars make it. In
+// one of the operator's keyspaces, with EnsureSchema, it first opens the operator's own
+// connection there, which creates the schema; a failure of that is reported only when the
+// lock's connection then finds no schema. Its errors never show a user name or password.
 func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lock.Store, error) {
 	conn, err := s.Connection(ctx, dl)
 	if err != nil {
 		return nil, err
 	}
+	var schemaErr error
+	if own := s.own(conn); s.EnsureSchema && s.Owns(conn) && !sameCredentials(own.Credentials, conn.Credentials) {
+		_, schemaErr = s.Pool.Store(ctx, own)
+	}
 	store, err := s.Pool.Store(ctx, conn)
 	if err != nil {
+		if schemaErr != nil && errors.Is(err, cassandrastore.ErrSchema) {
+			err = fmt.Errorf("%w (the operator creates it with its own credentials, which failed: %w)", err, s.Defaults.Redact(schemaErr))
+		}
 		// Cassandra names the user in a refused login; the error lands in status and Events.
 		return nil, conn.Redact(err)
 	}
 	return store, nil
+}
+
+// own returns conn with the operator's own credentials instead of the lock's.
+func (s *PoolSource) own(conn cassandrastore.Connection) cassandrastore.Connection {
+	conn.Credentials = s.Defaults
+	return conn
+}
+
+// sameCredentials says whether a and b log in and verify alike.
+func sameCredentials(a, b cassandrastore.Credentials) bool {
+	if a.Username != b.Username || a.Password != b.Password || (a.TLS == nil) != (b.TLS == nil) {
+		return false
+	}
+	return a.TLS == nil || (bytes.Equal(a.TLS.CA, b.TLS.CA) && bytes.Equal(a.TLS.Cert, b.TLS.Cert) &&
+		bytes.Equal(a.TLS.Key, b.TLS.Key) && a.TLS.ServerName == b.TLS.ServerName)
 }
 
 // Refuses returns why the operator's policy refuses dl's lock store connection (an error wrapping
@@ -134,14 +171,6 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 	if t.SerialConsistency, err = gocql.ParseConsistencyWrapper(string(spec.SerialConsistency)); err != nil {
 		return t, fmt.Errorf("serial consistency: %w", err)
 	}
-	switch {
-	case s.Owns(t) && spec.CredentialsSecretRef == nil && spec.TLSSecretRef == nil:
-		t.Credentials = s.Defaults
-	case s.Defaults.TLS != nil && len(s.Defaults.TLS.CA) > 0 && slices.Equal(t.ContactPoints, s.Config.Cassandra.ContactPoints):
-		// The operator's own servers, but another keyspace or the lock's own credentials: the
-		// operator's CA still verifies the servers; its login and client certificate stay its own.
-		t.TLS = &cassandrastore.TLS{CA: s.Defaults.TLS.CA}
-	}
 	if ref := spec.CredentialsSecretRef; ref != nil {
 		data, err := s.secret(ctx, dl.Namespace, ref.Name, "credentialsSecretRef")
 		if err != nil {
@@ -159,7 +188,8 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 		if err != nil {
 			return t, err
 		}
-		tls := &cassandrastore.TLS{CA: data[cmp.Or(ref.CAKey, "ca.crt")], Cert: data[cmp.Or(ref.CertKey, "tls.crt")], Key: data[cmp.Or(ref.KeyKey, "tls.key")]}
+		tls := &cassandrastore.TLS{CA: data[cmp.Or(ref.CAKey, "ca.crt")], Cert: data[cmp.Or(ref.CertKey, "tls.crt")], Key: data[cmp.Or(ref.KeyKey, "tls.key")],
+			ServerName: spec.TLSServerName}
 		if len(tls.Cert) == 0 || len(tls.Key) == 0 {
 			tls.Cert, tls.Key = nil, nil // CA only: no client certificate, as in the sidecar
 		}
@@ -169,17 +199,22 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 		}
 		t.TLS = tls
 	}
+	if t.TLS == nil && s.Defaults.TLS != nil && slices.Equal(t.ContactPoints, s.Config.Cassandra.ContactPoints) {
+		return t, fmt.Errorf("%w: the operator reaches its Cassandra %v over TLS, and this lock's sidecars would connect without: "+
+			"put the CA that signs the servers' certificates (key ca.crt) in a Secret labelled %s=true, e.g. the credentials Secret, "+
+			"and name it in spec.cassandra.tlsSecretRef", errConnectionNotAllowed, t.ContactPoints, batonv1.LabelCassandraSecret)
+	}
 	if !s.AllowAnonymous && t.Username == "" && (t.TLS == nil || len(t.TLS.Cert) == 0) {
-		return t, fmt.Errorf("%w: no Cassandra credentials for keyspace %s: name a Secret labelled %s=true in spec.cassandra.credentialsSecretRef "+
-			"(or a client certificate in tlsSecretRef); the operator uses its own credentials only for its keyspaces %v on its contact points, "+
-			"and connects without credentials only when started with --cassandra-allow-anonymous",
-			errConnectionNotAllowed, cmp.Or(t.Keyspace, cassandrastore.DefaultKeyspace), s.operatorKeyspaces(), batonv1.LabelCassandraSecret)
+		return t, fmt.Errorf("%w: no Cassandra credentials for keyspace %s: this lock's sidecars would connect without a login. "+
+			"Name a Secret labelled %s=true holding username and password in spec.cassandra.credentialsSecretRef (or a client certificate in tlsSecretRef); "+
+			"the operator's own credentials never reach the sidecars, and connections without credentials need the operator's --cassandra-allow-anonymous",
+			errConnectionNotAllowed, cmp.Or(t.Keyspace, cassandrastore.DefaultKeyspace), batonv1.LabelCassandraSecret)
 	}
 	return t, nil
 }
 
 // Owns says whether conn is one of the operator's own: its default contact points and one of its
-// keyspaces. Only there does it use its own credentials, and create the schema (EnsuresSchema).
+// keyspaces. Only there does it use its own credentials, to create the schema (EnsuresSchema).
 func (s *PoolSource) Owns(conn cassandrastore.Connection) bool {
 	return len(conn.ContactPoints) > 0 && slices.Equal(conn.ContactPoints, s.Config.Cassandra.ContactPoints) &&
 		slices.Contains(s.operatorKeyspaces(), cmp.Or(conn.Keyspace, cassandrastore.DefaultKeyspace))

@@ -118,22 +118,29 @@ func TestNoCredentialsToAServerTheLockNames(t *testing.T) {
 	}
 }
 
-// TestOperatorLoginOnlyForItsKeyspaces: a lock that keeps the operator's contact points but names
-// another keyspace, and brings no credentials, gets no connection with the operator's login. A
-// lock in the operator's own keyspace is the control: the fake does receive that login.
-func TestOperatorLoginOnlyForItsKeyspaces(t *testing.T) {
+// TestOperatorLoginNeverServesALock: a lock that brings no credentials gets no connection with
+// the operator's login, not even in the operator's own keyspace on its own contact points (its
+// sidecars would connect without a login); it is refused with a message that says what to add.
+// With the schema to create, a lock that brings its own login makes the operator log in with its
+// own first (for the schema), then with the lock's (for its status).
+func TestOperatorLoginNeverServesALock(t *testing.T) {
 	db := newFakeCQL(t)
 	d := newDeputy(t, db.addr())
-	d.reconcile(t, "own", nil)
-	if _, logins := db.received(); len(logins) != 1 || logins[0] != operatorLogin {
-		t.Fatalf("the lock in the operator's keyspace: logins %v, want the operator's (the fake works)", logins)
+	for name, conn := range map[string]*batonv1.CassandraConnection{"own": nil, "other": {Keyspace: "someone_else"}} {
+		dl := d.reconcile(t, name, conn)
+		if _, logins := db.received(); len(logins) != 0 {
+			t.Errorf("lock %s without credentials made the operator log in: %v", name, logins)
+		}
+		if !strings.Contains(conditions(dl), "ConnectionNotAllowed: ") || !strings.Contains(conditions(dl), "credentialsSecretRef") {
+			t.Errorf("lock %s: conditions do not say the lock needs credentials:\n%s", name, conditions(dl))
+		}
 	}
-	dl := d.reconcile(t, "other", &batonv1.CassandraConnection{Keyspace: "someone_else"})
-	if _, logins := db.received(); len(logins) != 1 {
-		t.Errorf("a lock in keyspace someone_else made the operator log in again: %v", logins[1:])
-	}
-	if !strings.Contains(conditions(dl), "no Cassandra credentials") {
-		t.Errorf("conditions do not say the lock needs credentials:\n%s", conditions(dl))
+	d.src.EnsureSchema = true
+	d.secret(t, "creds", map[string]string{"username": "tenant", "password": "tenant-s3cret"},
+		map[string]string{"baton.dev/cassandra-secret": "true"})
+	d.reconcile(t, "with-login", &batonv1.CassandraConnection{CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "creds"}})
+	if _, logins := db.received(); len(logins) != 2 || logins[0] != operatorLogin || logins[1] != (login{"tenant", "tenant-s3cret"}) {
+		t.Errorf("logins %v, want the operator's (for the schema), then the lock's", logins)
 	}
 }
 

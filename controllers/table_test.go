@@ -1,17 +1,13 @@
 package controllers_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,7 +53,11 @@ func TestKubectlGetAfterReconcile(t *testing.T) {
 	}
 	first := reconcile()
 
-	header, row := getTable(ctx, t, ns)
+	table := kube.Table(ctx, t, "/apis/baton.dev/v1/namespaces/"+ns+"/distributedlocks")
+	if len(table.Rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(table.Rows))
+	}
+	header, row := table.Header, table.Rows[0]
 	if want := []string{"NAME", "READY", "LOCKS", "HOLDER", "TOKEN", "WAITING", "AGE"}; !reflect.DeepEqual(header, want) {
 		t.Errorf("kubectl get dlock columns %v, want %v", header, want)
 	}
@@ -72,38 +72,4 @@ func TestKubectlGetAfterReconcile(t *testing.T) {
 	if again := reconcile(); again != first {
 		t.Errorf("a reconcile with nothing new wrote status: resourceVersion %s -> %s", first, again)
 	}
-}
-
-// getTable returns the columns `kubectl get distributedlocks` shows without -o wide (upper case,
-// as kubectl prints them) and the cells of the one row, by column, as the API server renders them.
-func getTable(ctx context.Context, t *testing.T, ns string) ([]string, map[string]string) {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(kube.Config(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/baton.dev/v1/namespaces", ns, "distributedlocks").
-		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table metav1.Table
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber() // a token is an int64 that a float64 would round
-	if err := dec.Decode(&table); err != nil {
-		t.Fatal(err)
-	}
-	if len(table.Rows) != 1 {
-		t.Fatalf("%d rows, want 1", len(table.Rows))
-	}
-	var header []string
-	row := map[string]string{}
-	for i, col := range table.ColumnDefinitions {
-		name := strings.ToUpper(col.Name)
-		if col.Priority == 0 {
-			header = append(header, name)
-		}
-		row[name] = fmt.Sprint(table.Rows[0].Cells[i])
-	}
-	return header, row
 }

@@ -67,18 +67,27 @@ type Gate struct {
 	client  kubernetes.Interface
 	ns, pod string
 	policy  batonv1.TrafficPolicy
-	state   func() GateState
-	changes <-chan struct{}
+	src     gateSource
 	log     logr.Logger
 
 	applied     *GateState
 	transitions time.Time
 }
 
+// gateSource is what a gate reports: the holder, or the sidecar's startup until the holder runs.
+// Changes may return another channel after a change; the gate asks for it each time it waits.
+type gateSource interface {
+	GateState() GateState
+	Changes() <-chan struct{}
+}
+
 // NewGate returns a gate for the pod in opts, reporting h.
 func NewGate(client kubernetes.Interface, opts Options, h *Holder, log logr.Logger) *Gate {
-	return &Gate{client: client, ns: opts.Pod.Namespace, pod: opts.Pod.Name, policy: opts.TrafficPolicy,
-		state: h.GateState, changes: h.Changes(), log: log}
+	return newGate(client, opts, h, log)
+}
+
+func newGate(client kubernetes.Interface, opts Options, src gateSource, log logr.Logger) *Gate {
+	return &Gate{client: client, ns: opts.Pod.Namespace, pod: opts.Pod.Name, policy: opts.TrafficPolicy, src: src, log: log}
 }
 
 // Run reports every change within moments of it until ctx ends, retrying failed writes with
@@ -91,10 +100,10 @@ func (g *Gate) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.changes:
+		case <-g.src.Changes():
 		case <-retry.C:
 		}
-		st := g.state()
+		st := g.src.GateState()
 		if err := g.Apply(ctx, st); err != nil {
 			if ctx.Err() != nil {
 				return

@@ -19,11 +19,15 @@
 //
 // Every request the sidecar cannot serve gets an error answer {"error":"...","code":"..."}
 // (ErrorBody) that says what was wrong and how to fix it: a 4xx for the request, a 503
-// (shutting_down, unavailable) or 500 (internal) for the sidecar's own state; a 409, 500 or 503
+// (starting, shutting_down, unavailable) or 500 (internal) for the sidecar's own state; a 409, 500 or 503
 // about a lock also carries that lock's LockStatus fields. docs/api/sidecar.openapi.yaml lists
 // every answer of every route. The Client returns such answers as *Error, which matches the sentinel
 // errors (ErrLocked, ErrAcquiring, ErrHeldByPod, ErrTokenMismatch, ErrNotHeld, ...) with
 // errors.Is.
+//
+// The sidecar serves the socket from its start, before it reaches its lock store: until then every
+// route, the probes included, answers 503 with code starting (ErrStarting) and a message that says
+// what it waits for, e.g. "waiting for Cassandra at cassandra.db:9042: ...". Ask again later.
 //
 // A Try-mode grant belongs to the one request that got it: an acquire answers 200 only with the
 // lock (state held and its token, LockStatus.Granted), and 409 acquiring or held_by_pod to every

@@ -43,6 +43,7 @@ const (
 	CodeAppNotReady      = "app_not_ready"
 	CodeSuperseded       = "superseded"
 	CodeShuttingDown     = "shutting_down"
+	CodeStarting         = "starting"
 	CodeAcquiring        = "acquiring"
 	CodeHeldByPod        = "held_by_pod"
 	CodeTokenMismatch    = "token_mismatch"
@@ -67,6 +68,8 @@ func sentinelFor(code string) error {
 		return ErrSuperseded
 	case CodeShuttingDown:
 		return ErrShuttingDown
+	case CodeStarting:
+		return ErrStarting
 	case CodeAcquiring:
 		return ErrAcquiring
 	case CodeHeldByPod:

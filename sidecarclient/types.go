@@ -78,6 +78,9 @@ var (
 	ErrSuperseded = errors.New("baton: the pod is superseded by a newer revision") // 409
 	// ErrShuttingDown: the sidecar got SIGTERM; it acquires nothing more and releases what it holds.
 	ErrShuttingDown = errors.New("baton: sidecar is shutting down") // 503
+	// ErrStarting: the sidecar is not serving its locks yet; the error's message says what it
+	// waits for (Cassandra, the lock schema). Ask again later.
+	ErrStarting = errors.New("baton: sidecar is starting") // 503
 	// ErrAcquiring: another acquisition of the lock is in progress in this pod (another process
 	// asked first and is still waiting, or the pod's previous grant is still being cleaned up).
 	// Nothing was granted to this request; ask again later.

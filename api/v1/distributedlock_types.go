@@ -141,9 +141,10 @@ const (
 	// ConditionStoreReachable is True when the operator reached the Cassandra lock store with
 	// this DistributedLock's connection settings at the last reconcile.
 	ConditionStoreReachable = "StoreReachable"
-	// ConditionRolloutSafe is False when a workload using this lock would stall its rollout under
-	// the ReadinessGate traffic policy (for example a Deployment whose maxUnavailable cannot
-	// absorb the NotReady standbys); the message names the setting that fixes it.
+	// ConditionRolloutSafe is False when a workload using this lock would stall its rollout
+	// because its standbys are never Ready (ReadinessGate, or an app held back in mode Blocking)
+	// and, for example, a Deployment's maxUnavailable cannot absorb them; the message names the
+	// setting that fixes it.
 	ConditionRolloutSafe = "RolloutSafe"
 )
 
@@ -175,11 +176,12 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y == x))",message="lockIds must not repeat an ID"
 	LockIDs []string `json:"lockIds"`
 
-	// mode says when the sidecar acquires the locks: Blocking (the default) acquires them at pod
-	// start and holds them, keeping the app from starting until they are held; Try acquires a
-	// lock only when the app asks, and returns at once if it is taken.
+	// mode says when the sidecar acquires the locks: Blocking acquires them at pod start and
+	// holds them, keeping the app from starting until they are held; Try acquires a lock only
+	// when the app asks, and returns at once if it is taken. Unset, the mode is Blocking, but
+	// pods of Deployments, StatefulSets and DaemonSets whose traffic policy is Label start their
+	// app at once (so that every pod is Ready and rollouts complete) while the sidecar queues.
 	// +optional
-	// +kubebuilder:default=Blocking
 	Mode LockMode `json:"mode,omitempty"`
 
 	// leaseDuration is how long a grant lasts without renewal: the sidecar renews well before it
@@ -193,11 +195,12 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="leaseDuration must be between 1s and 1h"
 	LeaseDuration *metav1.Duration `json:"leaseDuration,omitempty"`
 
-	// trafficPolicy says how Service traffic follows the holder: ReadinessGate (the default) makes
-	// only the holder Ready; Label labels pods baton.dev/role=holder|standby for a Service selector
-	// and leaves them Ready; None changes neither.
+	// trafficPolicy says how Service traffic follows the holder: ReadinessGate makes only the
+	// holder Ready; Label labels pods baton.dev/role=holder|standby for a Service selector and
+	// leaves them Ready; None changes neither. Unset, it depends on the pod's workload: Label for
+	// pods of Deployments, StatefulSets and DaemonSets, None for pods of Jobs and CronJobs,
+	// ReadinessGate for other pods.
 	// +optional
-	// +kubebuilder:default=ReadinessGate
 	TrafficPolicy TrafficPolicy `json:"trafficPolicy,omitempty"`
 
 	// scope says who shares the lock IDs: Namespace (the default) only pods in this namespace;
@@ -230,15 +233,21 @@ type DistributedLockSpec struct {
 	// +optional
 	Handoff HandoffPolicy `json:"handoff,omitempty"`
 
-	// cassandra overrides the operator's default lock store connection, field by field: a field
-	// left out keeps the operator's value.
+	// cassandra is this lock's Cassandra connection, made by its sidecars and, to report status,
+	// by the operator. contactPoints, keyspace, localDC, consistency and serialConsistency left out
+	// keep the operator's defaults; tlsServerName left out keeps the operator's only while the
+	// contact points are the operator's. Credentials never come from the operator: without
+	// credentialsSecretRef (or a client certificate in tlsSecretRef) the sidecars connect without
+	// a login, which the operator and its webhook refuse unless it runs with
+	// --cassandra-allow-anonymous. TLS is on only with tlsSecretRef.
 	// +optional
 	Cassandra *CassandraConnection `json:"cassandra,omitempty"`
 }
 
-// CassandraConnection overrides the lock store connection. Every field is optional and falls back
-// to the operator's default. The CRD does not check that Secrets exist or that hosts resolve; the
-// StoreReachable condition reports that.
+// CassandraConnection is a lock's Cassandra connection. Every field is optional. The connection
+// settings fall back to the operator's defaults; the Secrets do not: the operator's own
+// credentials and TLS material never reach a sidecar. The CRD does not check that Secrets exist or
+// that hosts resolve; the StoreReachable condition reports that.
 // +kubebuilder:validation:XValidation:rule="!has(self.consistency) || self.consistency != 'LOCAL_QUORUM' || has(self.localDC)",message="consistency LOCAL_QUORUM needs cassandra.localDC"
 // +kubebuilder:validation:XValidation:rule="!has(self.serialConsistency) || self.serialConsistency != 'LOCAL_SERIAL' || has(self.localDC)",message="serialConsistency LOCAL_SERIAL needs cassandra.localDC"
 type CassandraConnection struct {
@@ -277,10 +286,11 @@ type CassandraConnection struct {
 	SerialConsistency SerialConsistency `json:"serialConsistency,omitempty"`
 
 	// credentialsSecretRef names a Secret in the DistributedLock's namespace holding the Cassandra
-	// username and password. The operator uses it only if it carries the label
-	// baton.dev/cassandra-secret=true. Without credentials here, the operator uses its own only for
-	// its own keyspaces on its own contact points, and otherwise refuses the lock unless it runs
-	// with --cassandra-allow-anonymous.
+	// username and password that the sidecars (and the operator, for this lock's status) log in
+	// with. The operator and its webhook use it only if it carries the label
+	// baton.dev/cassandra-secret=true. Without it, and without a client certificate in
+	// tlsSecretRef, the lock is refused (StoreReachable False, reason ConnectionNotAllowed) and its
+	// pods are not admitted, unless the operator runs with --cassandra-allow-anonymous.
 	// +optional
 	CredentialsSecretRef *CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
 
@@ -290,6 +300,17 @@ type CassandraConnection struct {
 	// baton.dev/cassandra-secret=true.
 	// +optional
 	TLSSecretRef *TLSSecretRef `json:"tlsSecretRef,omitempty"`
+
+	// tlsServerName is the name the sidecars and the operator verify in the Cassandra servers'
+	// certificates, when it is not the contact point dialled (e.g. every node's certificate names
+	// cassandra.db.svc). Used only with tlsSecretRef. Left out: the operator's default
+	// (--cassandra-tls-server-name, chart cassandra.tls.serverName) while contactPoints is left
+	// out, otherwise the host dialled.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-.a-zA-Z0-9]*[a-zA-Z0-9])?$`
+	TLSServerName string `json:"tlsServerName,omitempty"`
 }
 
 // CredentialsSecretRef names a Secret and the keys in it that hold Cassandra credentials.
@@ -469,8 +490,8 @@ type DistributedLockStatus struct {
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.locks[0].holder`,description="Pod holding the first lock"
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.locks[0].token`,description="Fencing token of the first lock"
 // +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.locks[0].waiting`,description="Contenders waiting for the first lock"
-// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1
-// +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.spec.trafficPolicy`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1,description="spec.mode; empty: the default of each pod's workload kind"
+// +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.spec.trafficPolicy`,priority=1,description="spec.trafficPolicy; empty: the default of each pod's workload kind"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DistributedLock struct {
 	metav1.TypeMeta   `json:",inline"`

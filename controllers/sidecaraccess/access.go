@@ -56,7 +56,7 @@ const defaultServiceAccount = "default"
 // access is what the sidecars of one namespace are granted.
 type access struct {
 	// ClusterRole bound: clusterRoleStatus, or clusterRoleLabel when a DistributedLock of the
-	// namespace has the Label traffic policy.
+	// namespace has the Label traffic policy or leaves it unset (see desired).
 	ClusterRole string
 	// Subjects of the RoleBinding: the service accounts of the injected pods, sorted by name,
 	// without repeats. It may be empty (locks but no pods yet).
@@ -77,7 +77,9 @@ func desired(ns string, locks []batonv1.DistributedLock, pods []corev1.Pod) (acc
 			continue
 		}
 		anyLock = true
-		if locks[i].Spec.TrafficPolicy == batonv1.TrafficLabel {
+		// Unset, the policy is Label for the pods of Deployments, StatefulSets and DaemonSets
+		// (inject.Defaults): granted before the first such pod starts, whatever kind it is.
+		if p := locks[i].Spec.TrafficPolicy; p == batonv1.TrafficLabel || p == "" {
 			label = true
 		}
 	}

@@ -66,7 +66,7 @@ func TestDesired(t *testing.T) {
 		needed: false,
 	}, {
 		name:  "pods the webhook did not inject do not count, whatever their labels",
-		locks: []batonv1.DistributedLock{lockIn("ns", "l", "")},
+		locks: []batonv1.DistributedLock{lockIn("ns", "l", batonv1.TrafficReadinessGate)},
 		pods: []corev1.Pod{
 			forged("ns", "a", "no-sidecar", func(p *corev1.Pod) { p.Spec.InitContainers = nil }),
 			forged("ns", "b", "no-annotation", func(p *corev1.Pod) { p.Annotations = nil }),
@@ -76,9 +76,16 @@ func TestDesired(t *testing.T) {
 		want:   sidecaraccess.Access{ClusterRole: statusRole},
 	}, {
 		name:   "a lock without pods: status patch, no subjects",
-		locks:  []batonv1.DistributedLock{lockIn("ns", "l", "")},
+		locks:  []batonv1.DistributedLock{lockIn("ns", "l", batonv1.TrafficNone)},
 		needed: true,
 		want:   sidecaraccess.Access{ClusterRole: statusRole},
+	}, {
+		// Pods of Deployments, StatefulSets and DaemonSets get Label when the lock leaves the
+		// policy unset (inject.Defaults): granted before the first such pod starts.
+		name:   "a lock without a traffic policy adds pods patch",
+		locks:  []batonv1.DistributedLock{lockIn("ns", "l", "")},
+		needed: true,
+		want:   sidecaraccess.Access{ClusterRole: labelRole},
 	}, {
 		name:   "an injected pod without a lock still gets its grant",
 		pods:   []corev1.Pod{podIn("ns", "a", "app", true, corev1.PodRunning)},

@@ -156,8 +156,8 @@ func (p *program) dispatch(ctx context.Context, args []string) (int, error) {
 			return ExitOK, nil
 		}
 		return code, err
-	case "schema":
-		code, err := p.schema(ctx, rest)
+	case "schema", "raise-tokens":
+		code, err := map[string]func(context.Context, []string) (int, error){"schema": p.schema, "raise-tokens": p.raiseTokens}[cmd](ctx, rest)
 		if errors.Is(err, errHelp) {
 			usage(p.stdout, cmd)
 			return ExitOK, nil
@@ -208,6 +208,7 @@ Usage:
                [Cassandra settings] [--create-schema] [--grace 10s] -- CMD [ARGS...]
   baton schema --replication DC:RF[,DC:RF...] [--keyspace baton] [--role NAME]
   baton yield  [--socket PATH] [--lock ID] [--wait 0] [--token N]
+  baton raise-tokens --floor N|now --cassandra-hosts HOSTS [--cassandra-keyspace baton] [--lock ID]... [--dry-run]
   baton version
   baton help [COMMAND]
 
@@ -221,7 +222,8 @@ lock (yield: not granted again within --wait); otherwise run exits with CMD's co
 `
 
 var commandUsage = map[string]string{
-	"schema": schemaUsage,
+	"schema":       schemaUsage,
+	"raise-tokens": raiseTokensUsage(),
 	"status": `Usage: baton status [--socket PATH] [--json]
 
 Prints the locks of this pod's sidecar: LOCK, STATE, TOKEN, HOLDER, POSITION (in the queue, while

@@ -25,7 +25,7 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no command", nil, nil, "Usage:"},
-		{"unknown command", []string{"frob"}, nil, `unknown command "frob": the commands are run, schema, status, version, wait and yield`},
+		{"unknown command", []string{"frob"}, nil, `unknown command "frob": the commands are raise-tokens, run, schema, status, version, wait and yield`},
 		{"flag before command", []string{"--json", "status"}, nil, "flag --json before the command"},
 		{"unknown flag", []string{"status", "--color"}, nil, "flag provided but not defined: --color"},
 		{"status argument", []string{"status", "extra"}, nil, `unexpected argument "extra"`},
@@ -142,7 +142,7 @@ func TestHelp(t *testing.T) {
 func TestEveryCommandIsListed(t *testing.T) {
 	overview := runCLI(t, &invocation{args: []string{"help"}}).stdout.String()
 	var commands []string
-	for _, m := range regexp.MustCompile(`(?m)^  baton ([a-z]+)`).FindAllStringSubmatch(overview, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  baton ([a-z-]+)`).FindAllStringSubmatch(overview, -1) {
 		if c := m[1]; c != "help" && !slices.Contains(commands, c) {
 			commands = append(commands, c)
 		}

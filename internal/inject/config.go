@@ -28,8 +28,10 @@ type Config struct {
 	Resources corev1.ResourceRequirements
 	// Cassandra is the lock store connection a DistributedLock uses unless its spec.cassandra
 	// overrides it field by field: contact points, keyspace (default "baton"), local data centre,
-	// consistency (default QUORUM) and serial consistency (default SERIAL). It names no Secrets:
-	// the operator's own credentials never reach the pods.
+	// consistency (default QUORUM), serial consistency (default SERIAL) and the TLS server name
+	// (public: it reaches the sidecars of locks that keep these contact points and turn TLS on
+	// with their own tlsSecretRef). It names no Secrets: the operator's own credentials never
+	// reach the pods.
 	Cassandra batonv1.CassandraConnection
 	// NativeSidecars says the cluster runs sidecars as init containers with restartPolicy Always
 	// (Kubernetes ≥ 1.29). When false, the sidecar is a regular container with a preStop hook, and
@@ -79,8 +81,9 @@ func (c Config) globalScopeProblem(namespace string) string {
 }
 
 // StoreConnection returns the lock store connection of dl: spec.cassandra merged field by field
-// over c's Cassandra defaults (with c's own defaults filled in). Its Secret references are dl's,
-// in dl's namespace. It does not validate the result; Inject does.
+// over c's Cassandra defaults (with c's own defaults filled in), except that c's TLS server name
+// applies only while dl keeps c's contact points. Its Secret references are dl's alone, in dl's
+// namespace: c names none. It does not validate the result; Inject does.
 func (c Config) StoreConnection(dl *batonv1.DistributedLock) batonv1.CassandraConnection {
 	out := c.withDefaults().Cassandra
 	o := dl.Spec.Cassandra
@@ -94,6 +97,11 @@ func (c Config) StoreConnection(dl *batonv1.DistributedLock) batonv1.CassandraCo
 	out.LocalDC = cmp.Or(o.LocalDC, out.LocalDC)
 	out.Consistency = cmp.Or(o.Consistency, out.Consistency)
 	out.SerialConsistency = cmp.Or(o.SerialConsistency, out.SerialConsistency)
+	if len(o.ContactPoints) > 0 {
+		// The operator's server name is its servers'; other contact points are other servers.
+		out.TLSServerName = ""
+	}
+	out.TLSServerName = cmp.Or(o.TLSServerName, out.TLSServerName)
 	out.CredentialsSecretRef, out.TLSSecretRef = o.CredentialsSecretRef, o.TLSSecretRef
 	return out
 }

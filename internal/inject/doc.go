@@ -13,6 +13,12 @@
 // DistributedLock and the operator's Config. It never touches its input and never writes a
 // patch: the webhook diffs the original and the injected pod (admission.PatchResponseFromRaw).
 //
+// Defaults fills in what a DistributedLock leaves unset by the kind of workload the pod belongs
+// to (WorkloadOf reads its controller owner reference): pods of Deployments, StatefulSets and
+// DaemonSets get the Label traffic policy and an app that starts at once, so that every pod is
+// Ready and rollouts complete; pods of Jobs and CronJobs keep Blocking with the app held back
+// until the locks are held; other pods keep Blocking with ReadinessGate. Explicit settings win.
+//
 // On clusters with native sidecars (Kubernetes ≥ 1.29, Config.NativeSidecars) the sidecar is the
 // first init container with restartPolicy Always: it starts before everything else, in Blocking
 // mode its startup probe holds back the app containers until the locks are held, and it stops

@@ -94,7 +94,7 @@ func Inject(pod *corev1.Pod, dl *batonv1.DistributedLock, cfg Config) (*corev1.P
 		return nil, fmt.Errorf("%w: DistributedLock %s/%s is not in the pod's namespace %q",
 			ErrInvalidLock, dl.Namespace, dl.Name, pod.Namespace)
 	}
-	s, err := resolve(dl, cfg)
+	s, err := resolve(dl, WorkloadOf(pod), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func sidecarContainer(s settings, cfg Config, socketMount corev1.VolumeMount) co
 		// Named, so that a PodMonitor scrapes the pods that have it and no others.
 		c.Ports = append(c.Ports, corev1.ContainerPort{Name: MetricsPortName, ContainerPort: cfg.MetricsPort, Protocol: corev1.ProtocolTCP})
 	}
-	if s.mode == batonv1.ModeBlocking {
+	if s.holdBack {
 		// The app must not start before the locks are held. The kubelet starts the containers
 		// after a native sidecar only once the sidecar's startup probe has succeeded, so this
 		// probe gates the app (and any later init container) until "baton wait" sees every lock
@@ -281,6 +281,7 @@ type settings struct {
 	lease       time.Duration
 	scope       batonv1.LockScope
 	traffic     batonv1.TrafficPolicy
+	holdBack    bool          // Behaviour.HoldBackApp: the startup probe holds the app back
 	yieldAfter  time.Duration // spec.yieldWhenUnready; 0: off
 	handoff     batonv1.HandoffPolicy
 	conn        batonv1.CassandraConnection // the operator's defaults merged with spec.cassandra
@@ -362,17 +363,19 @@ func (s settings) env(cfg Config) []corev1.EnvVar {
 	return env
 }
 
-// resolve validates dl and merges it with the operator's defaults, reporting every problem at
-// once.
-func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
+// resolve validates dl and merges it with the defaults of workload w (Defaults) and the
+// operator's, reporting every problem at once.
+func resolve(dl *batonv1.DistributedLock, w Workload, cfg Config) (settings, error) {
 	var p problems
 	sp := dl.Spec
+	b := Defaults(sp, w)
 	s := settings{
 		name:        dl.Name,
 		lockIDs:     sp.LockIDs,
-		mode:        cmp.Or(sp.Mode, batonv1.ModeBlocking),
+		mode:        b.Mode,
 		scope:       cmp.Or(sp.Scope, batonv1.ScopeNamespace),
-		traffic:     cmp.Or(sp.TrafficPolicy, batonv1.TrafficReadinessGate),
+		traffic:     b.Traffic,
+		holdBack:    b.HoldBackApp,
 		handoff:     cmp.Or(sp.Handoff, batonv1.HandoffQueueOrder),
 		conn:        cfg.StoreConnection(dl),
 		clusterName: dl.Status.CassandraClusterName,
@@ -449,6 +452,9 @@ func resolve(dl *batonv1.DistributedLock, cfg Config) (settings, error) {
 				corev1.EnvVar{Name: sidecarcontract.TLSCert.Env(), Value: path.Join(TLSDir, cmp.Or(ref.CertKey, "tls.crt"))},
 				corev1.EnvVar{Name: sidecarcontract.TLSKey.Env(), Value: path.Join(TLSDir, cmp.Or(ref.KeyKey, "tls.key"))},
 			)
+			if name := s.conn.TLSServerName; name != "" {
+				s.fileEnv = append(s.fileEnv, corev1.EnvVar{Name: sidecarcontract.TLSServerName.Env(), Value: name})
+			}
 		}
 	}
 	c := s.conn

@@ -254,7 +254,9 @@ func TestStatusFollowsRealSidecars(t *testing.T) {
 func TestRolloutSafeCondition(t *testing.T) {
 	env := up(t)
 	ns := newNamespace(t, env, "rollout")
-	create(t, env, newLock(ns, "leader"))
+	// mode Blocking, set: the app of each pod is held back until it holds the lock, so standbys
+	// are never Ready (with mode and trafficPolicy unset a Deployment's pods would all be Ready).
+	create(t, env, newLock(ns, "leader", func(d *batonv1.DistributedLock) { d.Spec.Mode = batonv1.ModeBlocking }))
 	labels := map[string]string{"app": "web"}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
@@ -269,12 +271,14 @@ func TestRolloutSafeCondition(t *testing.T) {
 	}
 	create(t, env, dep)
 	c := waitCondition(t, env, ns, "leader", batonv1.ConditionRolloutSafe, metav1.ConditionFalse, controllers.ReasonRolloutWouldStall)
-	for _, want := range []string{"Deployment web", "maxUnavailable 25%", "0 of 3", "100%", "Recreate", "trafficPolicy to Label"} {
+	for _, want := range []string{"Deployment web", "maxUnavailable 25%", "0 of 3", "100%", "Recreate", "remove spec.mode and spec.trafficPolicy"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("RolloutSafe message %q lacks %q", c.Message, want)
 		}
 	}
 	waitEvent(t, env, ns, "leader", controllers.ReasonRolloutWouldStall, "Deployment web")
+	// The same Event on the Deployment, where kubectl describe and Argo CD show it.
+	waitEventOn(t, env, ns, "Deployment", "web", controllers.ReasonRolloutWouldStall, "DistributedLock leader")
 
 	hundred := intstr.FromString("100%")
 	dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
@@ -349,6 +353,13 @@ func waitLock(t *testing.T, env *devcluster.Cluster, ns, name, what string, ok f
 // waitEvent waits for an Event about DistributedLock ns/name with reason whose note contains note.
 func waitEvent(t *testing.T, env *devcluster.Cluster, ns, name, reason, note string) eventsv1.Event {
 	t.Helper()
+	return waitEventOn(t, env, ns, "DistributedLock", name, reason, note)
+}
+
+// waitEventOn waits for an Event regarding the object kind ns/name with reason and a note that
+// contains note.
+func waitEventOn(t *testing.T, env *devcluster.Cluster, ns, kind, name, reason, note string) eventsv1.Event {
+	t.Helper()
 	var found eventsv1.Event
 	testenv.WaitFor(t, fmt.Sprintf("event %s %q", reason, note), 30*time.Second, func() bool {
 		list, err := env.Kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
@@ -356,7 +367,7 @@ func waitEvent(t *testing.T, env *devcluster.Cluster, ns, name, reason, note str
 			return false
 		}
 		for _, e := range list.Items {
-			if e.Regarding.Kind == "DistributedLock" && e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
+			if e.Regarding.Kind == kind && e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
 				found = e
 				return true
 			}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -109,6 +110,10 @@ type Options struct {
 	SharedProcess bool
 }
 
+// serverName is what --cassandra-tls-server-name accepts: the CRD's pattern of
+// spec.cassandra.tlsServerName, a DNS name without a port.
+var serverName = regexp.MustCompile(`^[a-zA-Z0-9]([-.a-zA-Z0-9]*[a-zA-Z0-9])?$`)
+
 // flagSet declares every flag into o, with its default. Flags whose Options field has a string
 // type are bound to that field directly; lists and quantities use the flag.Value types below. The
 // returned quantity flags hold the errors ParseOptions reports (see quantityFlag).
@@ -163,6 +168,7 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.StringVar(&o.CassandraTLSCA, "cassandra-tls-ca", "", "PEM CA bundle verifying the default Cassandra servers (turns TLS on)")
 	fs.StringVar(&o.CassandraTLSCert, "cassandra-tls-cert", "", "PEM client certificate for the default Cassandra")
 	fs.StringVar(&o.CassandraTLSKey, "cassandra-tls-key", "", "PEM client key for the default Cassandra")
+	fs.StringVar(&o.Inject.Cassandra.TLSServerName, "cassandra-tls-server-name", "", "name verified in the default Cassandra servers' certificates, by the operator and by the sidecars of locks that keep the default contact points and name a tlsSecretRef (default: the host dialled)")
 	fs.StringVar(&o.Inject.Cassandra.Keyspace, "cassandra-keyspace", "baton", "default Cassandra keyspace")
 	fs.StringVar(&o.Inject.Cassandra.LocalDC, "cassandra-local-dc", "", "default local data centre (required by LOCAL_* consistencies)")
 	// Fields of named string types, bound as plain strings; ParseOptions normalises the
@@ -284,6 +290,9 @@ func (o Options) Validate() error {
 	}
 	if (o.CassandraTLSCert == "") != (o.CassandraTLSKey == "") {
 		bad("--cassandra-tls-cert and --cassandra-tls-key go together")
+	}
+	if n := o.Inject.Cassandra.TLSServerName; n != "" && !serverName.MatchString(n) {
+		bad("--cassandra-tls-server-name=%q: give a DNS name such as cassandra.db.svc", n)
 	}
 	for _, ks := range o.OperatorKeyspaces {
 		if !sidecarcontract.ValidKeyspace(ks) {

@@ -169,12 +169,14 @@ func newManager(o Options, cfg *rest.Config, scheme *runtime.Scheme, log logr.Lo
 // closePool closes the pool's connections once the manager stopped.
 func addControllers(mgr ctrl.Manager, o Options, defaults cassandrastore.Credentials, log logr.Logger) (stores *controllers.PoolSource, closePool func(), err error) {
 	stores = &controllers.PoolSource{Secrets: mgr.GetAPIReader(), Config: o.Inject, Defaults: defaults,
-		AllowedContactPoints: o.CassandraAllowedHosts, OperatorKeyspaces: o.OperatorKeyspaces, AllowAnonymous: o.AllowAnonymousCassandra}
+		AllowedContactPoints: o.CassandraAllowedHosts, OperatorKeyspaces: o.OperatorKeyspaces, AllowAnonymous: o.AllowAnonymousCassandra,
+		EnsureSchema: o.EnsureSchema}
 	pool := storepool.New(storepool.WithLogger(log.WithName("storepool")), ensureSchema(o, stores.EnsuresSchema))
 	stores.Pool = pool
 	if defaults.Username == "" && (defaults.TLS == nil || len(defaults.TLS.Cert) == 0) && !o.AllowAnonymousCassandra {
-		log.Info("no Cassandra credentials of the operator's own: every DistributedLock must name its own " +
-			"(start with --cassandra-allow-anonymous for a Cassandra without authentication)")
+		log.Info("no Cassandra credentials of the operator's own: it creates the schema in its keyspaces without a login, " +
+			"which a Cassandra with authentication refuses; every DistributedLock names its own credentials " +
+			"(or start with --cassandra-allow-anonymous for a Cassandra without authentication)")
 	}
 	metrics := controllers.NewMetrics()
 	if err := metrics.Register(ctrlmetrics.Registry); err != nil {
@@ -417,7 +419,7 @@ func (o Options) defaultCredentials() (cassandrastore.Credentials, error) {
 	}
 	c.Username, c.Password = strings.TrimRight(string(user), "\r\n"), strings.TrimRight(string(pass), "\r\n")
 	if len(ca) > 0 || len(cert) > 0 {
-		c.TLS = &cassandrastore.TLS{CA: ca, Cert: cert, Key: key}
+		c.TLS = &cassandrastore.TLS{CA: ca, Cert: cert, Key: key, ServerName: o.Inject.Cassandra.TLSServerName}
 	}
 	return c, nil
 }

@@ -20,7 +20,19 @@ import (
 // for it. The server is closed when the test ends.
 func serveUnix(t *testing.T, f *fakeService, opts ...Option) (*sidecarclient.Client, string) {
 	t.Helper()
-	h, err := newHandler(t, f, opts...)
+	return serveUnixAt(t, f, opts...)
+}
+
+// serveUnixService is serveUnix for any Service.
+func serveUnixService(t *testing.T, svc Service, opts ...Option) *sidecarclient.Client {
+	t.Helper()
+	c, _ := serveUnixAt(t, svc, opts...)
+	return c
+}
+
+func serveUnixAt(t *testing.T, svc Service, opts ...Option) (*sidecarclient.Client, string) {
+	t.Helper()
+	h, err := newHandler(t, svc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

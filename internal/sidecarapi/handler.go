@@ -75,8 +75,36 @@ func (h *handler) handle(pattern string, fn http.HandlerFunc) {
 		if rw, ok := w.(*responseWriter); ok {
 			rw.routed = true
 		}
+		if h.answeredStarting(w, r) {
+			return
+		}
 		fn(w, r)
 	})
+}
+
+// answeredStarting answers r with 503 starting while the Service is starting (Starter), and
+// reports whether it did. The probes' answers keep their status field, so that a probe reading
+// only the status still sees why.
+func (h *handler) answeredStarting(w http.ResponseWriter, r *http.Request) bool {
+	st, ok := h.svc.(Starter)
+	if !ok {
+		return false
+	}
+	err := st.Starting()
+	if err == nil {
+		return false
+	}
+	switch r.URL.Path {
+	case "/healthz", "/readyz", "/startupz":
+		writeJSON(w, http.StatusServiceUnavailable, struct {
+			Status string `json:"status"`
+			Error  string `json:"error"`
+			Code   string `json:"code"`
+		}{"starting", err.Error(), sidecarclient.CodeStarting})
+	default:
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: sidecarclient.CodeStarting, msg: err.Error()})
+	}
+	return true
 }
 
 // ServeHTTP serves one request: recover from panics, route, and turn the mux's fallbacks into

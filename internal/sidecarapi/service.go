@@ -43,3 +43,14 @@ type Service interface {
 	// mode.
 	Started() bool
 }
+
+// Starter is implemented by a Service that starts before it can serve its locks (the sidecar
+// connecting to Cassandra). While Starting returns an error, the handler answers every route,
+// the probes included, with 503 and code starting, the error's message saying what the Service
+// waits for, and calls no other method of the Service. Starting must not block.
+//
+// It does not order requests against the end of the start: a request that saw Starting return nil
+// is served by the started Service, one that arrived a moment earlier may still be answered 503.
+type Starter interface {
+	Starting() error
+}

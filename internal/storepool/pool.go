@@ -207,7 +207,7 @@ func (p *Pool) open(conn cassandrastore.Connection) (*gocql.Session, lock.Store,
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", conn, err)
 	}
-	session, err := cc.CreateSession()
+	session, err := cassandrastore.CreateSession(cc) // a refused login wraps cassandrastore.ErrAuthentication
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to %s: %w", conn, err)
 	}

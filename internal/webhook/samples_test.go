@@ -98,8 +98,11 @@ func TestSamplesAreAdmitted(t *testing.T) {
 	}
 
 	// 2. The locks for real, so that the webhook finds them (a dry-run object is not stored), each
-	// with a connection the operator's policy allows (its own webhook asks the policy too).
-	policy := &controllers.PoolSource{Secrets: c, Config: testConfig(), Defaults: cassandrastore.Credentials{Username: "baton", Password: "operator"}}
+	// with a connection the operator's policy allows (its own webhook asks the policy too). The
+	// samples name no credentials Secret (a tenant's Secret is theirs to make), so the policy is
+	// that of a development Cassandra without authentication, as make demo runs.
+	policy := &controllers.PoolSource{Secrets: c, Config: testConfig(), Defaults: cassandrastore.Credentials{Username: "baton", Password: "operator"},
+		AllowAnonymous: true}
 	for _, dl := range s.locks {
 		if err := policy.Refuses(ctx, createSampleLock(t, c, dl, samplesNamespace)); err != nil {
 			t.Errorf("DistributedLock %s: the operator (own credentials, default policy) refuses its connection: %v", dl.Name, err)

@@ -277,7 +277,7 @@ func TestAnnotatedPodIsInjected(t *testing.T) {
 		t.Errorf("sidecar image = %q", sc.Image)
 	}
 	if sc.StartupProbe == nil {
-		t.Errorf("Blocking mode (the CRD default) but the sidecar has no startup probe")
+		t.Errorf("Blocking mode (the default for a bare pod) but the sidecar has no startup probe")
 	}
 	if len(got.Spec.Containers) != 1 {
 		t.Fatalf("containers = %d, want only the app", len(got.Spec.Containers))
@@ -304,7 +304,7 @@ func TestAnnotatedPodIsInjected(t *testing.T) {
 		t.Errorf("app mounts = %+v, want %s at %s", got.Spec.Containers[0].VolumeMounts, inject.SocketVolume, sidecarcontract.SocketDir)
 	}
 	if len(got.Spec.ReadinessGates) != 1 || got.Spec.ReadinessGates[0].ConditionType != batonv1.ConditionLockHeld {
-		t.Errorf("readinessGates = %+v, want %s (ReadinessGate, the CRD default)", got.Spec.ReadinessGates, batonv1.ConditionLockHeld)
+		t.Errorf("readinessGates = %+v, want %s (ReadinessGate, the default for a bare pod)", got.Spec.ReadinessGates, batonv1.ConditionLockHeld)
 	}
 	if got.Annotations[batonv1.AnnotationInjected] != testConfig().Image {
 		t.Errorf("annotations = %v, want %s", got.Annotations, batonv1.AnnotationInjected)

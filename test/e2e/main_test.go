@@ -45,6 +45,7 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard()) // the clients' package-level logger; the tests log what matters
 	code := m.Run()
 	kubeB.Stop()
+	authCassandra.stop()
 	cassandra.Stop()
 	node.Stop()
 	os.Exit(code)
@@ -63,9 +64,11 @@ var (
 	installErr  error
 )
 
-// batonCluster returns the node with Cassandra running and baton's chart installed by helm (once
-// per test binary): the operator from the imported image as one replica, its default lock store
-// the e2e Cassandra, every sidecar serving its metrics on its pod's IP (sidecarMetricsPort).
+// batonCluster returns the node with Cassandra running and baton installed as users install a
+// release (once per test binary): make release's output for releaseVersion (release_test.go), its
+// image archive imported into the node's containerd and its packaged chart installed by helm
+// with the chart's own image; the operator as one replica, its default lock store the e2e
+// Cassandra, every sidecar serving its metrics on its pod's IP (sidecarMetricsPort).
 func batonCluster(t *testing.T) cluster {
 	t.Helper()
 	n := node.Get(t)
@@ -73,14 +76,21 @@ func batonCluster(t *testing.T) cluster {
 	helm := testenv.Helm(t)
 	c := clients(t, n)
 	installOnce.Do(func() {
+		rel, err := importRelease(t, n, helm)
+		if err != nil {
+			installErr = err
+			return
+		}
 		start := time.Now()
-		out, err := batonnode.Install(context.Background(), batonnode.Chart{Helm: helm, Dir: "../../charts/baton", Node: n,
-			Hosts: hosts, GlobalNamespaces: append(slices.Clone(cronNamespaces), clustersNamespace), MetricsPort: sidecarMetricsPort})
+		// A lock may name the auth+TLS Cassandra (TestAuthAndTLSCassandra) besides the default one.
+		out, err := batonnode.Install(context.Background(), batonnode.Chart{Helm: helm, Dir: rel.Chart, ChartImage: true, Node: n,
+			Hosts: hosts, AllowedHosts: append(slices.Clone(hosts), authCassandra.host()),
+			GlobalNamespaces: append(slices.Clone(cronNamespaces), clustersNamespace), MetricsPort: sidecarMetricsPort})
 		if err != nil {
 			installErr = fmt.Errorf("%w\n%s\noperator log: %s", err, out, operatorLogs(n, c.kubectl))
 			return
 		}
-		t.Logf("helm install of charts/baton: operator Ready after %s", time.Since(start).Round(100*time.Millisecond))
+		t.Logf("helm install of %s: operator Ready after %s", filepath.Base(rel.Chart), time.Since(start).Round(100*time.Millisecond))
 	})
 	if installErr != nil {
 		t.Fatal(installErr)

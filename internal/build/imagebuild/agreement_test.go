@@ -100,7 +100,8 @@ func execForm(t *testing.T, in instruction) []string {
 	return argv
 }
 
-// makeBuild returns the value of the Makefile's BUILD variable, as written.
+// makeBuild returns the value of the Makefile's BUILD variable as make passes it to the shell:
+// as written, make's $$ unescaped to $.
 func makeBuild(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
@@ -110,7 +111,7 @@ func makeBuild(t *testing.T) string {
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "BUILD"); ok {
 			if _, value, ok := strings.Cut(rest, ":="); ok {
-				return strings.TrimSpace(value)
+				return strings.ReplaceAll(strings.TrimSpace(value), "$$", "$")
 			}
 		}
 	}
@@ -150,8 +151,16 @@ func shellWords(t *testing.T, s string) []string {
 }
 
 func TestMakefileBuildLine(t *testing.T) {
-	got := append([]string{"CGO_ENABLED=0", "go"}, batonBuildArgs("bin/")...)
-	if diff := cmp.Diff(shellWords(t, makeBuild(t)), got); diff != "" {
+	const release, commit = "v1.2.3", "0123456789abcdef0123456789abcdef01234567"
+	got := append([]string{"CGO_ENABLED=0", "go"}, batonBuildArgs("bin/", release, commit)...)
+	// The line as the shell runs it with the Makefile's VERSION and COMMIT exported (and as the
+	// Dockerfile's RUN with its build arguments).
+	env := map[string]string{"VERSION": release, "COMMIT": commit}
+	var words []string
+	for _, w := range shellWords(t, makeBuild(t)) {
+		words = append(words, os.Expand(w, func(k string) string { return env[k] }))
+	}
+	if diff := cmp.Diff(words, got); diff != "" {
 		t.Errorf("BuildAll builds the baton binaries otherwise than the Makefile's BUILD line; change batonBuildArgs with it (-Makefile +BuildAll):\n%s", diff)
 	}
 }
@@ -177,7 +186,7 @@ func TestDockerfileAgrees(t *testing.T) {
 		Entrypoint, Cmd  []string
 		Binaries         []string // paths in the image
 	}{User: ociimage.NonrootBase(nil).Config.User, WorkingDir: ociimage.NonrootHome}
-	buildOut := batonBuildArgs("bin/")[4] // -o's value
+	buildOut := batonBuildArgs("bin/", "", "")[4] // -o's value
 	for _, in := range final.body {
 		switch in.cmd {
 		case "COPY":

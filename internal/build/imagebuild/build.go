@@ -73,6 +73,8 @@ type options struct {
 	batonBins string
 	caBundle  string
 	goCmd     string
+	version   string
+	commit    string
 }
 
 // WithProgress sends progress lines ("imagebuild: ...") to w (default: none).
@@ -90,20 +92,18 @@ func WithBatonBinaries(dir string) Option { return func(o *options) { o.batonBin
 // DefaultCABundle when it exists); "" builds them without one.
 func WithCABundle(path string) Option { return func(o *options) { o.caBundle = path } }
 
+// WithVersion sets the release and commit the baton binaries state for --version, as the
+// Makefile's VERSION and COMMIT do (default: both empty, so the binaries state what the go command
+// stamped). It has no effect on binaries taken from WithBatonBinaries.
+func WithVersion(release, commit string) Option {
+	return func(o *options) { o.version, o.commit = release, commit }
+}
+
 // BuildAll builds the binaries, assembles the baton, pause and demoapp images and writes them to
 // outDir/ArchiveName, creating outDir. The binaries go to outDir/imagebin. It takes about as long
 // as go build does; with a warm Go build cache, seconds.
 func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error) {
-	o := options{progress: io.Discard, goCmd: "go", caBundle: DefaultCABundle}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.caBundle == DefaultCABundle {
-		if _, err := os.Stat(DefaultCABundle); err != nil {
-			fmt.Fprintf(o.progress, "imagebuild: no CA bundle (%s: %v): the images cannot verify public TLS certificates\n", DefaultCABundle, err)
-			o.caBundle = ""
-		}
-	}
+	o := newOptions(opts)
 	start := time.Now()
 	outDir, err := filepath.Abs(outDir) // the go command runs in the source directory
 	if err != nil {
@@ -132,7 +132,7 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 	}
 	if batonBins == "" {
 		batonBins = filepath.Join(binDir, "baton")
-		if err := o.goBuild(ctx, "baton binaries "+strings.Join(names, ", "), batonBuildArgs(batonBins+"/")); err != nil {
+		if err := o.goBuild(ctx, "baton binaries "+strings.Join(names, ", "), batonBuildArgs(batonBins+"/", o.version, o.commit)); err != nil {
 			return Result{}, err
 		}
 	} else {
@@ -146,12 +146,9 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 		return Result{}, err
 	}
 
-	var bundle []byte
-	if o.caBundle != "" {
-		if bundle, err = os.ReadFile(o.caBundle); err != nil {
-			return Result{}, fmt.Errorf("imagebuild: read the CA bundle: %w", err)
-		}
-		fmt.Fprintf(o.progress, "imagebuild: CA bundle from %s\n", o.caBundle)
+	bundle, err := o.readCABundle()
+	if err != nil {
+		return Result{}, err
 	}
 	specs := []struct {
 		tag  string
@@ -172,7 +169,9 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 		if err != nil {
 			return Result{}, err
 		}
-		if desc.SBOM, err = writeSBOM(filepath.Join(outDir, SBOMDir), desc, s.spec); err != nil {
+		repo := s.tag[:strings.LastIndex(s.tag, ":")]
+		desc.SBOM = filepath.Join(outDir, SBOMDir, path.Base(repo)+SBOMSuffix)
+		if err := writeSBOM(desc.SBOM, desc, s.spec); err != nil {
 			return Result{}, err
 		}
 		tagged = append(tagged, ociimage.Tagged{Image: img, Tags: []string{s.tag}})
@@ -183,6 +182,35 @@ func BuildAll(ctx context.Context, outDir string, opts ...Option) (Result, error
 	}
 	fmt.Fprintf(o.progress, "imagebuild: wrote %s and the SBOMs in %s in %.1fs\n", res.Archive, filepath.Join(outDir, SBOMDir), time.Since(start).Seconds())
 	return res, nil
+}
+
+// newOptions applies opts to the defaults. The default CA bundle is dropped, with a progress
+// line, when the host has none.
+func newOptions(opts []Option) options {
+	o := options{progress: io.Discard, goCmd: "go", caBundle: DefaultCABundle}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.caBundle == DefaultCABundle {
+		if _, err := os.Stat(DefaultCABundle); err != nil {
+			fmt.Fprintf(o.progress, "imagebuild: no CA bundle (%s: %v): the images cannot verify public TLS certificates\n", DefaultCABundle, err)
+			o.caBundle = ""
+		}
+	}
+	return o
+}
+
+// readCABundle returns the CA bundle's content, nil when there is none.
+func (o *options) readCABundle() ([]byte, error) {
+	if o.caBundle == "" {
+		return nil, nil
+	}
+	bundle, err := os.ReadFile(o.caBundle)
+	if err != nil {
+		return nil, fmt.Errorf("imagebuild: read the CA bundle: %w", err)
+	}
+	fmt.Fprintf(o.progress, "imagebuild: CA bundle from %s\n", o.caBundle)
+	return bundle, nil
 }
 
 // BatonBinaries returns the names of the binaries the Makefile's BUILD line makes in module root
@@ -209,10 +237,21 @@ func BatonBinaries(srcDir string) ([]string, error) {
 	return names, nil
 }
 
+// VersionPackage is the package whose release and commit variables the build sets with -X.
+const VersionPackage = "github.com/baton-dev/baton/internal/version"
+
 // batonBuildArgs is the Makefile's BUILD line (environment CGO_ENABLED=0, see goBuild) with its
-// output directory replaced by outDir, which must end in a slash.
-func batonBuildArgs(outDir string) []string {
-	return []string{"build", "-trimpath", "-ldflags=-s -w", "-o", outDir, batonPkgs}
+// output directory replaced by outDir, which must end in a slash, and its VERSION and COMMIT by
+// release and commit.
+func batonBuildArgs(outDir, release, commit string) []string {
+	return []string{"build", "-trimpath", "-ldflags=" + VersionLDFlags(release, commit), "-o", outDir, batonPkgs}
+}
+
+// VersionLDFlags returns the BUILD line's -ldflags value for release and commit: stripped, with
+// both set in VersionPackage. Empty values set nothing that the binary reports (see package
+// version).
+func VersionLDFlags(release, commit string) string {
+	return "-s -w -X " + VersionPackage + ".release=" + release + " -X " + VersionPackage + ".commit=" + commit
 }
 
 // buildArgs builds one command with the flags of the BUILD line.
@@ -250,10 +289,10 @@ func moduleRoot(ctx context.Context, goCmd string) (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// writeSBOM writes the CycloneDX SBOM of the image desc built from spec into dir and returns its
-// path. Every executable file of the spec read from disk (Source) is taken for a Go binary;
+// writeSBOM writes the CycloneDX SBOM of the image desc built from spec to file p, creating its
+// directory. Every executable file of the spec read from disk (Source) is taken for a Go binary;
 // files given as Data (passwd, the CA bundle) are not listed.
-func writeSBOM(dir string, desc Image, spec ociimage.Spec) (string, error) {
+func writeSBOM(p string, desc Image, spec ociimage.Spec) error {
 	img := sbom.Image{Ref: desc.Tag, Digest: desc.Digest, ID: desc.ID}
 	for _, f := range spec.Files {
 		if f.Source != "" && !f.IsDir() && f.Mode&0o111 != 0 {
@@ -262,17 +301,15 @@ func writeSBOM(dir string, desc Image, spec ociimage.Spec) (string, error) {
 	}
 	bom, err := sbom.New(img)
 	if err != nil {
-		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+		return fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
 	}
-	repo := desc.Tag[:strings.LastIndex(desc.Tag, ":")]
-	p := filepath.Join(dir, path.Base(repo)+SBOMSuffix)
 	if err := sbom.WriteFile(p, bom); err != nil {
-		return "", fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
+		return fmt.Errorf("imagebuild: %s: %w", desc.Tag, err)
 	}
-	return p, nil
+	return nil
 }
 
 // describe returns the digests and size of img.

@@ -7,7 +7,7 @@
 //	baton.local/demoapp:dev  the demo app and fenced store (hack/demoapp)
 //
 // BuildAll compiles the binaries with the go command (the baton binaries with the Makefile's BUILD
-// line, the others with the same flags), assembles the images and writes <outDir>/images.tar,
+// line, its VERSION and COMMIT from WithVersion; the others with the same flags), assembles the images and writes <outDir>/images.tar,
 // which ctr -n k8s.io images import, docker load and kind load image-archive accept, and beside it
 // one CycloneDX SBOM per image, <outDir>/sbom/<name>.cdx.json (package sbom): the image by tag
 // and digest, its Go binaries with their SHA-256, Go version and build settings, and every module

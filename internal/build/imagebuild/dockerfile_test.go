@@ -220,7 +220,13 @@ func TestDockerContextBuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The build arguments docker build --build-arg VERSION=... --build-arg COMMIT=... passes, as
+	// the shell of the RUN line expands them.
+	args := map[string]string{"VERSION": "v9.8.7-rc.1", "COMMIT": "0123456789abcdef0123456789abcdef01234567"}
 	words := shellWords(t, makeBuild(t))
+	for i, w := range words {
+		words[i] = os.Expand(w, func(k string) string { return args[k] })
+	}
 	env := append(os.Environ(), "GOFLAGS=-buildvcs=false") // the context has no .git
 	for len(words) > 0 && strings.Contains(words[0], "=") {
 		env = append(env, words[0])
@@ -235,9 +241,17 @@ func TestDockerContextBuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every binary states the version and commit it was given, though the context has no .git.
+	want := args["VERSION"] + " commit " + args["COMMIT"] + " ("
 	for _, n := range names {
-		if _, err := os.Stat(filepath.Join(ctxDir, "bin", n)); err != nil {
+		bin := filepath.Join(ctxDir, "bin", n)
+		if _, err := os.Stat(bin); err != nil {
 			t.Errorf("the build in the context made no %s: %v", n, err)
+			continue
+		}
+		out, err := exec.CommandContext(t.Context(), bin, "--version").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("%s --version: %v, %q; want it to say %q", n, err, out, want)
 		}
 	}
 }

@@ -1,7 +1,9 @@
 // Package ociimage assembles container images from files, without a Docker engine and without
 // pulling anything: a single-platform linux/amd64 image of one layer, built from a list of files
 // (path, mode, owner, content) and a config, written as a docker-archive tarball that docker
-// load, kind load image-archive, crane push and containerd's ctr images import accept.
+// load, kind load image-archive, crane push and containerd's ctr images import accept
+// (WriteArchive), or as an OCI image layout tarball that carries a docker manifest.json too
+// (WriteOCIArchive, what make release ships), which the same tools accept.
 //
 // Build is reproducible: every entry has the same fixed timestamp (the Unix epoch), entries are
 // sorted by path, parent directories are implied in one way, and the config carries no host

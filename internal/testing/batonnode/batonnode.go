@@ -90,9 +90,12 @@ func Start(ctx context.Context, o StartOptions) (*localnode.Node, imagebuild.Res
 // Chart says how to install charts/baton.
 type Chart struct {
 	Helm  string // the helm binary (localkube.Helm)
-	Dir   string // the chart's directory, charts/baton
+	Dir   string // the chart's directory, charts/baton, or a packaged chart (.tgz)
 	Node  *localnode.Node
 	Hosts []string // the operator's default Cassandra contact points, reachable from pods
+	// AllowedHosts is the chart's cassandra.allowedHosts: the contact points a DistributedLock may
+	// name (empty: Hosts only).
+	AllowedHosts []string
 	// GlobalNamespaces may use scope: Global locks.
 	GlobalNamespaces []string
 	// MetricsPort is the chart's sidecar.metricsPort: the port on each pod's IP where sidecars
@@ -100,6 +103,10 @@ type Chart struct {
 	MetricsPort int32
 	// Timeout bounds the install, waiting for the operator to be Ready (default 3 minutes).
 	Timeout time.Duration
+	// ChartImage runs the image the chart names by default (image.repository, tag v<appVersion>),
+	// as a released chart does with its image archive imported; false runs imagebuild.BatonTag.
+	// Either way the image is never pulled.
+	ChartImage bool
 }
 
 // Install runs helm install of the chart into baton-system, as the user guide says, with the image
@@ -113,19 +120,24 @@ func Install(ctx context.Context, c Chart) ([]byte, error) {
 	if timeout <= 0 {
 		timeout = 3 * time.Minute
 	}
-	repo, tag, _ := strings.Cut(imagebuild.BatonTag, ":")
 	args := []string{"install", "baton", c.Dir,
 		"--kubeconfig", c.Node.Kubeconfig, "--namespace", "baton-system", "--create-namespace",
-		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
-		"--set", "sidecar.image.pullPolicy=Never", "--set", "replicas=1",
+		"--set", "image.pullPolicy=Never", "--set", "sidecar.image.pullPolicy=Never", "--set", "replicas=1",
 		"--set", "cassandra.hosts={" + strings.Join(c.Hosts, ",") + "}",
 		// The local Cassandra runs without authentication, on one node.
 		"--set", "cassandra.allowAnonymous=true",
 		"--set-json", `cassandra.schemaReplication="{'class': 'SimpleStrategy', 'replication_factor': 1}"`,
 		"--set", "cassandra.allowSingleReplica=true",
 		"--wait", "--timeout", timeout.String()}
+	if !c.ChartImage {
+		repo, tag, _ := strings.Cut(imagebuild.BatonTag, ":")
+		args = append(args, "--set", "image.repository="+repo, "--set", "image.tag="+tag)
+	}
 	if len(c.GlobalNamespaces) > 0 {
 		args = append(args, "--set", "globalNamespaces={"+strings.Join(c.GlobalNamespaces, ",")+"}")
+	}
+	if len(c.AllowedHosts) > 0 {
+		args = append(args, "--set", "cassandra.allowedHosts={"+strings.Join(c.AllowedHosts, ",")+"}")
 	}
 	if c.MetricsPort != 0 {
 		args = append(args, "--set", fmt.Sprintf("sidecar.metricsPort=%d", c.MetricsPort))

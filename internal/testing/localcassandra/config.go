@@ -1,6 +1,7 @@
 package localcassandra
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +64,9 @@ type Config struct {
 	PaxosVariant string
 	// ExtraYAML is appended verbatim to every node's cassandra.yaml.
 	ExtraYAML string
+	// ClientTLS, when set, is how the readiness probes connect: for nodes whose ExtraYAML
+	// requires TLS of clients (client_encryption_options). Nil: plain connections.
+	ClientTLS *tls.Config
 	// FullJIT enables the C2 JIT compiler. By default nodes run with
 	// -XX:TieredStopAtLevel=1 (C1 only), which starts a cluster much
 	// faster on a small machine at the cost of peak throughput; set it for

@@ -27,6 +27,9 @@ func (c *Cluster) nodeSession(i int) (*gocql.Session, error) {
 	if c.cfg.Authenticator == PasswordAuthenticator {
 		cc.Authenticator = gocql.PasswordAuthenticator{Username: "cassandra", Password: "cassandra"}
 	}
+	if c.cfg.ClientTLS != nil {
+		cc.SslOpts = &gocql.SslOptions{Config: c.cfg.ClientTLS.Clone(), EnableHostVerification: true}
+	}
 	s, err := cc.CreateSession()
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", c.cfg.host(i), err)

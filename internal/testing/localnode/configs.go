@@ -30,6 +30,13 @@ current-context: baton-node
 // containerdConfig is containerd 2's configuration (version 3) for the node: its own root, state
 // and socket under dir, overlayfs, runc with cgroupfs, the CRI plugin with the given sandbox
 // (pause) image and the CNI directories.
+//
+// Two of containerd's defaults are host paths shared by every containerd on the machine, moved
+// or switched off here: the pods' network namespaces are bind-mounted under the CRI plugin's
+// state directory (state/io.containerd.grpc.v1.cri/netns) instead of /var/run/netns, and NRI,
+// which would listen on /var/run/nri/nri.sock, is off (nothing here uses NRI plugins). Paths
+// containerd cannot move (its shims' sockets in /run/containerd/s, libcni's cache in
+// /var/lib/cni) are left to cleanUp.
 func containerdConfig(dir, runc, cniBinDir, cniConfDir, pauseImage string) []byte {
 	return fmt.Appendf(nil, `version = 3
 root = %[1]q
@@ -41,6 +48,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [ttrpc]
   address = %[4]q
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
@@ -54,6 +64,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   # (runc then fails with "can't get final child's PID from pipe"). Restricted, containerd never
   # asks for less than its own.
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -68,17 +79,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 `, dir+"/root", dir+"/state", dir+"/containerd.sock", dir+"/containerd.sock.ttrpc", pauseImage, runc, cniBinDir, cniConfDir, dir+"/runc")
 }
 
-// cniConfig is the pod network: a bridge with HostIP as every pod's gateway, addresses from
-// host-local, hairpin mode so that a pod reaches itself through a Service, and portmap for
-// hostPort.
-func cniConfig(ipamDir string) ([]byte, error) {
+// cniConfig is the node's pod network: its bridge with its gateway as every pod's default route,
+// addresses from host-local (leases under ipamDir), hairpin mode so that a pod reaches itself
+// through a Service, and portmap for hostPort.
+func cniConfig(spec NodeSpec, ipamDir string) ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "baton",
 		"plugins": []any{
 			map[string]any{
 				"type":        "bridge",
-				"bridge":      bridgeName,
+				"bridge":      spec.Bridge,
 				"isGateway":   true,
 				"ipMasq":      false,
 				"hairpinMode": true,
@@ -86,7 +97,7 @@ func cniConfig(ipamDir string) ([]byte, error) {
 					"type":    "host-local",
 					"dataDir": ipamDir,
 					"ranges": []any{[]any{map[string]any{
-						"subnet": PodSubnet, "rangeStart": PodRangeStart, "rangeEnd": PodRangeEnd, "gateway": HostIP,
+						"subnet": spec.PodSubnet, "rangeStart": spec.RangeStart, "rangeEnd": spec.RangeEnd, "gateway": spec.PodGateway,
 					}}},
 					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
 				},
@@ -103,9 +114,9 @@ func cniConfig(ipamDir string) ([]byte, error) {
 
 // kubeletConfig is the kubelet's configuration for this kind of host: cgroupfs (no systemd),
 // cgroup v1 allowed (the host may be a v1/v2 hybrid), swap tolerated, eviction thresholds low
-// enough for a small disk, the API server's client CA trusted for its own API, and the pods' logs
-// under the node's directory.
-func kubeletConfig(containerdSocket, caFile, certDir, podLogsDir string) []byte {
+// enough for a small disk, the API server's client CA trusted for its own API, serving on the
+// node's IP, and the pods' logs under the node's directory.
+func kubeletConfig(spec NodeSpec, containerdSocket, caFile, certDir, podLogsDir string) []byte {
 	return fmt.Appendf(nil, `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -140,11 +151,13 @@ shutdownGracePeriod: 0s
 protectKernelDefaults: false
 maxPods: 110
 podLogsDir: %[5]s
-`, containerdSocket, HostIP, caFile, certDir, podLogsDir)
+%[6]s`, containerdSocket, spec.IP, caFile, certDir, podLogsDir, cgroupRootLine(spec.CgroupRoot))
 }
 
-// kubeProxyConfig runs kube-proxy in iptables mode for the pod network.
-func kubeProxyConfig(kubeconfigFile string) []byte {
+// kubeProxyConfig runs kube-proxy in iptables mode for the node: its name and address, health
+// checks and metrics on spec.HealthzIP, and the cluster's pod network as the traffic it does not
+// masquerade.
+func kubeProxyConfig(spec NodeSpec, kubeconfigFile string) []byte {
 	return fmt.Appendf(nil, `apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
@@ -153,8 +166,8 @@ clientConnection:
 hostnameOverride: %s
 clusterCIDR: %s
 bindAddress: %s
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: %s:10256
+metricsBindAddress: %s:10249
 nodePortAddresses: [%s/32]
 conntrack:
   maxPerCore: 0
@@ -163,7 +176,7 @@ conntrack:
   tcpCloseWaitTimeout: 0s
 iptables:
   localhostNodePorts: false
-`, kubeconfigFile, NodeName, PodSubnet, HostIP, HostIP)
+`, kubeconfigFile, spec.Name, spec.ClusterCIDR, spec.IP, spec.HealthzIP, spec.HealthzIP, spec.IP)
 }
 
 // flags renders name=value pairs as --name=value arguments, in the order given.
@@ -176,4 +189,12 @@ func flags(pairs ...string) []string {
 		args = append(args, "--"+pairs[i]+"="+pairs[i+1])
 	}
 	return args
+}
+
+// cgroupRootLine is the kubelet configuration's cgroupRoot line, or nothing for the default.
+func cgroupRootLine(root string) string {
+	if root == "" {
+		return ""
+	}
+	return fmt.Sprintf("cgroupRoot: %s\n", root)
 }

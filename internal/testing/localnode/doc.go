@@ -86,10 +86,46 @@
 // BaseDir/pod-logs. One node runs on a machine at a time (a file lock in
 // /run): a second Start waits.
 //
+// The code has two halves: the control plane (controlplane.go: the CA,
+// etcd, the API server, the controllers) and the node (node.go: containerd,
+// the kubelet, kube-proxy), which a [NodeSpec] configures (name, address,
+// pod network, bridge) and which keeps every file under a directory of its
+// own; today's one node has the values of the constants below and BaseDir as
+// its directory.
+//
+// containerd is told to keep off two paths every containerd on a machine
+// shares: the pods' network namespaces are mounted under its state directory
+// (netns_mounts_under_state_dir), not in /var/run/netns, and NRI, which would
+// listen on /var/run/nri/nri.sock, is off.
+//
+// The kubelet changes machine-wide kernel settings when it starts
+// (vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops,
+// kernel.keys.root_maxkeys and root_maxbytes), and Start turns on forwarding
+// and bridged traffic through iptables. Start saves their values first, in
+// /run/baton-node/sysctl.saved, and only if that file is absent, so that
+// after a crash the values from before the crashed node are the ones kept;
+// Stop, and the next Start, put them back. Values from before the first node
+// that did not save them are not known.
+//
 // [Node.Stop] stops the components, kills what is left in the kubepods
 // cgroups and the containerd shims, unmounts, deletes the pods' network
-// namespaces, kube-proxy's and the kubelet's iptables chains, the bridge and
-// BaseDir; Start does the same first, for a node that was never stopped.
+// namespaces, kube-proxy's and the kubelet's iptables chains, the bridge,
+// what the components write outside BaseDir because they cannot be told
+// otherwise (shims' sockets in /run/containerd/s once nothing listens on
+// them, libcni's results for the pod network in /var/lib/cni/results, the
+// kubelet's links to pod logs in /var/log/containers, its stale
+// device-plugin socket) and BaseDir, and puts the kernel settings back;
+// Start does the same first, for a node that was never stopped.
+// [Leftovers] lists what of all this is on the machine: empty after Stop.
+//
+// Not used by Start yet (issue 27, several nodes on one machine): the
+// pieces of a sandboxed node, each tested on its own on this machine:
+// cgroupLayout (a node's cgroup root in every hierarchy, frozen or killed
+// as one), sandbox (a holder process in fresh network, mount and UTS
+// namespaces, daemons entering them with nsenter, the host paths containerd
+// and the kubelet cannot move replaced by the node's own, the node's side of
+// the network) and sandboxedNodes (the addressing of up to [MaxNodes]
+// nodes on [NodeSubnet] with pods in [SandboxClusterCIDR]).
 //
 // What a real host needed that a stand-in would not show: the kubelet asks
 // for oom_score_adj -998 for pod sandboxes, which needs CAP_SYS_RESOURCE; a

@@ -119,19 +119,16 @@ func containPods(ctx context.Context) error {
 
 // cleanUp removes what a node left on the machine, whether it stopped or crashed: its processes
 // (container shims included), the containers (every process in the kubepods cgroups), mounts
-// under BaseDir, the pods' network namespaces, kube-proxy's iptables rules, the bridge and
-// BaseDir. It keeps going after an error and returns them all.
+// under BaseDir, the pods' network namespaces, kube-proxy's iptables rules, the bridge, what the
+// components leave outside BaseDir (hostFiles) and BaseDir, and it puts back the sysctls Start
+// saved. It keeps going after an error and returns them all. Leftovers lists what it removes.
 func cleanUp(ctx context.Context, kubeProxy string) error {
 	var errs []error
 	killMatching(BaseDir)
 	errs = append(errs, killCgroupTree("kubepods"))
 	errs = append(errs, unmountUnder(BaseDir))
-	if out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output(); err == nil {
-		for _, line := range strings.Split(string(out), "\n") {
-			if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, "cni-") {
-				errs = append(errs, run(ctx, "ip", "netns", "delete", name))
-			}
-		}
+	for _, name := range cniNetns(ctx) { // nodes before netns_mounts_under_state_dir
+		errs = append(errs, run(ctx, "ip", "netns", "delete", name))
 	}
 	if kubeProxy != "" {
 		if _, err := exec.LookPath("iptables"); err == nil {
@@ -144,9 +141,11 @@ func cleanUp(ctx context.Context, kubeProxy string) error {
 	if err := run(ctx, "ip", "link", "show", bridgeName); err == nil {
 		errs = append(errs, run(ctx, "ip", "link", "delete", bridgeName))
 	}
+	errs = append(errs, removeHostFiles())
 	if err := os.RemoveAll(BaseDir); err != nil {
 		errs = append(errs, fmt.Errorf("localnode: removing %s: %w", BaseDir, err))
 	}
+	errs = append(errs, restoreSysctls(procSys, sysctlsSaved))
 	return errors.Join(errs...)
 }
 
@@ -197,18 +196,9 @@ func removeKubeletChains(ctx context.Context) error {
 // killMatching sends SIGKILL to every process other than this one whose command line mentions
 // marker, and waits up to a few seconds for them to go.
 func killMatching(marker string) {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(cmdline, []byte(marker)) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			pids = append(pids, pid)
-		}
+	pids := processesMentioning(marker)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range pids {
@@ -272,21 +262,7 @@ func killCgroupTree(name string) error {
 
 // unmountUnder detaches every mount at or below dir, deepest first.
 func unmountUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return fmt.Errorf("localnode: %w", err)
-	}
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeMountPath(fields[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
-			points = append(points, p)
-		}
-	}
+	points := mountsUnder(dir)
 	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
 	var errs []error
 	for _, p := range points {

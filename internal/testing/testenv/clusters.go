@@ -36,7 +36,9 @@ var cassandraClusters = []cassandraCluster{
 	{"compare-single", 1, 10042, 8050, "test/bench/compare"},
 	{"storepool-single", 1, 10142, 8150, "internal/storepool"},
 	{"e2e-single", 1, 10242, 8250, "test/e2e"},
+	{"e2e-auth", 1, 10642, 8650, "test/e2e"},
 	{"chaos-trio", 3, 10442, 8450, "test/chaos"},
+	{"skew-single", 1, 10842, 8850, "test/skew"},
 }
 
 // reservedCassandraPorts are ports used outside test binaries, kept out of the table's way:

@@ -1,7 +1,9 @@
 package lock
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -52,4 +54,38 @@ func TestScheduleDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContendWaitsOutTheObservation: a hinted head that observes a held record waits one head poll
+// (1 s at the default lease) while the lease it observes has longer to run, and exactly what is
+// left of it once that is less, so that a crashed holder's lock is taken over a lease after the
+// first sighting of its last write, not up to a head poll later (TestCrashFailoverBound).
+func TestContendWaitsOutTheObservation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &oneRecordStore{records: map[string]Record{
+			"x": {Owner: "other#1", Token: 7, Version: 3, Lease: DefaultLease},
+		}}
+		l, err := New(store, Owner{Identity: "a", Incarnation: "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &acquisition{l: l, lockID: "x", block: true, queued: true, wasHead: true, hintAddr: "10.0.0.1:9465"}
+		ctx := context.Background()
+		if _, wait, err := a.contend(ctx, nil); err != nil || wait != a.headPoll() {
+			t.Fatalf("first sighting: wait %v (err %v); want one head poll, %v", wait, err, a.headPoll())
+		}
+		seen := time.Now() // the store answers at once: the observation starts here
+		for _, left := range []time.Duration{999 * time.Millisecond, 300 * time.Millisecond, time.Millisecond} {
+			time.Sleep(time.Until(seen.Add(DefaultLease - left)))
+			if _, wait, err := a.contend(ctx, nil); err != nil || wait != left {
+				t.Errorf("%v before the observed lease ends: wait %v (err %v); want exactly %v", left, wait, err, left)
+			}
+		}
+		time.Sleep(time.Until(seen.Add(DefaultLease)))
+		lease, _, err := a.contend(ctx, nil)
+		if err != nil || lease == nil {
+			t.Fatalf("a lease after the first sighting: not granted (err %v)", err)
+		}
+		_ = lease.Release(ctx)
+	})
 }

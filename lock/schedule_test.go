@@ -31,7 +31,9 @@ func (dropHints) Send(string, lock.Hint) {}
 // too within one rest poll (10 s) more.
 func TestLostHintBound(t *testing.T) {
 	const releases = 20
-	bound := lock.MaxHintedHeadPoll*11/10 + 50*time.Millisecond
+	// A literal, not scaled from MaxHintedHeadPoll: a longer head poll must fail this test, not
+	// move its bound (1 s + 10 % jitter + 50 ms of requests).
+	const bound = 1150 * time.Millisecond
 	var worst time.Duration
 	for i := range releases {
 		synctest.Test(t, func(t *testing.T) {
@@ -169,4 +171,21 @@ func crashFailover(t *testing.T, arrive, crash time.Duration) time.Duration {
 		t.Fatal("the head was not granted within three leases of the crash")
 	}
 	return 0
+}
+
+// TestCrashFailoverWorstCase: the worst phase for TestCrashFailoverBound, set up on purpose: the
+// head reads the owner record just before a renewal lands, and the holder crashes right after it.
+// The head sights that last write only at its next read, a head poll (plus jitter) later, and takes
+// the lock over a lease after that sighting: within a lease plus 1.1 head polls of the crash.
+func TestCrashFailoverWorstCase(t *testing.T) {
+	lease := lock.DefaultLease
+	renew := lease / 3 // the holder's first renewal is sent renew after its grant
+	bound := lease + 1100*time.Millisecond + 50*time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		d := crashFailover(t, renew-20*time.Millisecond, renew+20*time.Millisecond)
+		if d > bound {
+			t.Errorf("worst-case failover took %v; want within %v (lease + 1.1 head polls + requests)", d, bound)
+		}
+		t.Logf("worst-case failover: %v (%.3f × lease)", d, float64(d)/float64(lease))
+	})
 }

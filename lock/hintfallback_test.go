@@ -141,3 +141,83 @@ func TestDeadHeadIsSkippedWithHints(t *testing.T) {
 		}
 	})
 }
+
+// removalWatch is a lock.Store that counts removals of other owners' queue entries.
+type removalWatch struct {
+	lock.Store
+	owner   string
+	mu      *sync.Mutex
+	removed *[]string
+}
+
+func (s removalWatch) Dequeue(ctx context.Context, lockID string, e lock.QueueEntry) error {
+	if e.Owner != s.owner {
+		s.mu.Lock()
+		*s.removed = append(*s.removed, s.owner+" removed "+e.Owner)
+		s.mu.Unlock()
+	}
+	return s.Store.Dequeue(ctx, lockID, e)
+}
+
+// TestHintedWaitersKeepTheirEntries: four waiters that listen for hints wait two minutes behind a
+// live holder. Their steps are rare (rest polls of 10 s, the head's rewrite at its last head poll
+// before it is due: capWait, rewriteEarly), and stray hints wake them at other moments, yet each
+// rewrites its entry in time: nobody ever counts a live entry dead and removes it (staleEntryAfter:
+// 12 s for a hinted entry).
+func TestHintedWaitersKeepTheirEntries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		hinter := localhint.New()
+		var mu sync.Mutex
+		var removed []string
+		locker := func(i int) *lock.Locker {
+			owner := lock.Owner{Identity: "w" + string(rune('0'+i)), Incarnation: "1"}
+			store := removalWatch{Store: mem.Client(uint64(i+1), fastFaults), owner: owner.String(), mu: &mu, removed: &removed}
+			l, err := lock.New(store, owner, lock.WithHinter(hinter))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		held, err := locker(0).Acquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = held.Release(context.Background()) }() // after the waiters gave up
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		for i := 1; i <= 4; i++ {
+			l := locker(i)
+			wg.Go(func() {
+				if lease, err := l.Acquire(ctx, "x"); err == nil {
+					t.Errorf("waiter %d was granted while the holder held", i)
+					_ = lease.Release(context.Background())
+				}
+			})
+			waitQueued(t, mem, i)
+			time.Sleep(time.Duration(i) * 1300 * time.Millisecond) // spread their rewrite phases
+		}
+		// Stray hints (stale or forged: rule 6) wake the waiters at other moments than their rest
+		// polls, every 7 s: after such a step the rewrite must still come in time.
+		stray := time.NewTicker(7 * time.Second)
+		defer stray.Stop()
+		for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); {
+			<-stray.C
+			q, _ := mem.Client(9, memstore.Faults{}).Queue(context.Background(), "x", 0, 10)
+			for _, e := range q {
+				hinter.Send(e.Hint, lock.Hint{LockID: "x", Owner: e.Owner, Enqueued: e.Enqueued, Kind: lock.HintAhead})
+			}
+		}
+		mu.Lock()
+		if len(removed) > 0 {
+			t.Errorf("live entries removed while waiting %v: %v", 2*time.Minute, removed)
+		}
+		mu.Unlock()
+		if q, _ := mem.Client(9, memstore.Faults{}).Queue(context.Background(), "x", 0, 10); len(q) != 4 {
+			t.Errorf("%d entries queued after two minutes, want 4", len(q))
+		}
+	})
+}

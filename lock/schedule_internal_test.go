@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // TestScheduleDefaults pins the poll schedule's figures at the default options (docs/design.md,
@@ -65,7 +67,9 @@ func TestContendWaitsOutTheObservation(t *testing.T) {
 		store := &oneRecordStore{records: map[string]Record{
 			"x": {Owner: "other#1", Token: 7, Version: 3, Lease: DefaultLease},
 		}}
-		l, err := New(store, Owner{Identity: "a", Incarnation: "1"})
+		// Go's clock, virtual in the bubble: the default one adds the machine's real suspended time,
+		// which moves by microseconds between readings.
+		l, err := New(store, Owner{Identity: "a", Incarnation: "1"}, WithClock(clock.RealClock{}))
 		if err != nil {
 			t.Fatal(err)
 		}

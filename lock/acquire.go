@@ -55,7 +55,7 @@ type acquisition struct {
 	polled   bool        // the current step was not triggered by a hint
 	sawHeld  bool        // as the head, our last record read found it held
 
-	watchHintAt time.Time // Locker clock; when we last acted on a release hint as the waiter behind the head
+	watchHinted QueueEntry // the head for which we acted on a release hint outside the budget (wait)
 }
 
 // acquire is the acquire loop: it makes steps (docs/design.md, Acquire) until granted, until a
@@ -193,13 +193,12 @@ func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
 			}
 			l.hintArrived()
 			a.fallback = false
-			if now := l.opts.clock.Now(); h.Kind == HintFree && a.ahead > 0 &&
-				(a.watchHintAt.IsZero() || now.Sub(a.watchHintAt) >= hintRefillPolls*l.opts.waiterPoll) {
-				// Told of a release while behind the head: most likely as the waiter behind it,
-				// to watch a head that may be dead (Lease.release). One such step per
-				// hintRefillPolls waiter polls comes apart from the budget, so that these hints,
-				// which rarely make progress, do not use up the tokens of the hints that do.
-				a.watchHintAt = now
+			if h.Kind == HintFree && a.nextInLine() && !a.watchHinted.Same(a.head) {
+				// Told of a release as the waiter behind the head, to watch a head that may be
+				// dead (Lease.release). One such step per head comes apart from the budget, so
+				// that these hints, which rarely make progress, do not use up the tokens of the
+				// hints that do; forged ones cost one step per head at most.
+				a.watchHinted = a.head
 				return h, nil
 			}
 			if !a.budget.take(l.opts.clock.Now()) {

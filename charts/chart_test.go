@@ -31,6 +31,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/internal/operator"
 	"github.com/baton-dev/baton/internal/testing/testenv"
 	"github.com/baton-dev/baton/internal/webhook"
@@ -773,4 +774,98 @@ func TestNotesWarnWithoutCredentials(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNotesExampleLockIsAccepted: the DistributedLock the install notes show would be accepted by
+// the operator they install: it names a credentials Secret labelled for the operator (which holds
+// a user name and password), and a tlsSecretRef holding ca.crt when the operator reaches its
+// Cassandra over TLS; only with cassandra.allowAnonymous may it name none, and then the notes say why.
+func TestNotesExampleLockIsAccepted(t *testing.T) {
+	kubeconfig := testenv.WriteKubeconfig(t, kube.Config(t))
+	for _, tc := range []struct {
+		name      string
+		set       []string
+		tls, anon bool
+	}{
+		{"defaults", nil, false, false},
+		{"password login", []string{"cassandra.credentials.secretName=cass-creds"}, false, false},
+		{"TLS", []string{"cassandra.credentials.secretName=cass-creds", "cassandra.tls.secretName=cass-tls"}, true, false},
+		{"anonymous", []string{"cassandra.allowAnonymous=true"}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"install", release, chartDir, "--namespace", namespace, "--dry-run=client", "--kubeconfig", kubeconfig}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			out, err := helm(t, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, notes, _ := strings.Cut(out, "NOTES:")
+			_, example, ok := strings.Cut(notes, "<<YAML\n")
+			if ok {
+				example, _, ok = strings.Cut(example, "\n  YAML")
+			}
+			if !ok {
+				t.Fatalf("no example between <<YAML and YAML in the notes:\n%s", notes)
+			}
+			secrets := map[string]corev1.Secret{}
+			var dl *batonv1.DistributedLock
+			for _, doc := range strings.Split(example, "\n  ---\n") {
+				var meta metav1.TypeMeta
+				if err := yaml.Unmarshal([]byte(unindent(doc)), &meta); err != nil {
+					t.Fatalf("example document %q: %v", doc, err)
+				}
+				switch meta.Kind {
+				case "Secret":
+					var s corev1.Secret
+					if err := yaml.UnmarshalStrict([]byte(unindent(doc)), &s); err != nil {
+						t.Fatalf("example Secret: %v", err)
+					}
+					secrets[s.Namespace+"/"+s.Name] = s
+				case "DistributedLock":
+					dl = &batonv1.DistributedLock{}
+					if err := yaml.UnmarshalStrict([]byte(unindent(doc)), dl); err != nil {
+						t.Fatalf("example DistributedLock: %v", err)
+					}
+				}
+			}
+			if dl == nil {
+				t.Fatalf("no DistributedLock in the notes' example:\n%s", example)
+			}
+			c := dl.Spec.Cassandra
+			if c == nil || c.CredentialsSecretRef == nil {
+				if !tc.anon {
+					t.Fatalf("the example lock names no credentialsSecretRef, which the operator refuses:\n%s", example)
+				}
+				if !strings.Contains(notes, "cassandra.allowAnonymous") {
+					t.Errorf("the example lock names no credentials and the notes do not say that allowAnonymous lets it:\n%s", notes)
+				}
+				return
+			}
+			s, ok := secrets[dl.Namespace+"/"+c.CredentialsSecretRef.Name]
+			if !ok || s.Labels[batonv1.LabelCassandraSecret] != "true" || s.StringData["username"] == "" || s.StringData["password"] == "" {
+				t.Errorf("the example's credentials Secret %s is missing, unlabelled or lacks username and password:\n%s", c.CredentialsSecretRef.Name, example)
+			}
+			if tc.tls {
+				if c.TLSSecretRef == nil {
+					t.Fatalf("the operator reaches its Cassandra over TLS and the example lock names no tlsSecretRef:\n%s", example)
+				}
+				if s, ok := secrets[dl.Namespace+"/"+c.TLSSecretRef.Name]; !ok || s.Labels[batonv1.LabelCassandraSecret] != "true" || s.StringData["ca.crt"] == "" {
+					t.Errorf("the example's TLS Secret %s is missing, unlabelled or lacks ca.crt:\n%s", c.TLSSecretRef.Name, example)
+				}
+			} else if c.TLSSecretRef != nil {
+				t.Errorf("the example lock turns TLS on for an operator without it:\n%s", example)
+			}
+		})
+	}
+}
+
+// unindent removes the two spaces the notes indent their example by.
+func unindent(doc string) string {
+	lines := strings.Split(doc, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(l, "  ")
+	}
+	return strings.Join(lines, "\n")
 }

@@ -20,6 +20,9 @@ var SupersededPods = supersededPods
 // Store connection policy.
 var ErrConnectionNotAllowed = errConnectionNotAllowed
 
+// SchemaNotCreated is schemaNotCreated.
+var SchemaNotCreated = schemaNotCreated
+
 // Reasons of events and conditions.
 const (
 	ReasonConnecting   = reasonConnecting

@@ -48,8 +48,13 @@ func TestUnreachableContactPointRaisesOneWarning(t *testing.T) {
 	d := newDeputy(t, closed)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// The lock brings its own login, as every lock must without --cassandra-allow-anonymous: the
+	// operator then connects, and finds nothing listening.
+	d.secret(t, "tenant-login", map[string]string{"username": "tenant", "password": "tenant-password"},
+		map[string]string{batonv1.LabelCassandraSecret: "true"})
 	dl := &batonv1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: "unreachable"},
-		Spec: batonv1.DistributedLockSpec{LockIDs: []string{"orders"}}}
+		Spec: batonv1.DistributedLockSpec{LockIDs: []string{"orders"},
+			Cassandra: &batonv1.CassandraConnection{CredentialsSecretRef: &batonv1.CredentialsSecretRef{Name: "tenant-login"}}}}
 	if err := d.c.Create(ctx, dl); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/storepool"
 	"github.com/baton-dev/baton/lock"
+	"github.com/baton-dev/baton/lock/cassandrastore"
 )
 
 // failingSource is a StoreSource whose Store always fails with err.
@@ -77,6 +79,17 @@ func TestStoreFailureSaysWhyAndWhen(t *testing.T) {
 			message: []string{"no response to connection startup", "3 failed attempt(s) in a row", "trying again since 2026-11-27T11:59:59Z"},
 			requeue: time.Second,
 		},
+		{
+			// The lock's own connection works but finds no schema, which the operator's own
+			// connection would have created had its login not been refused: not this lock's
+			// credentials, but the operator's chart value.
+			name:    "no schema: the operator's login refused",
+			err:     controllers.SchemaNotCreated(errLockNoSchema, errOperatorLogin),
+			status:  metav1.ConditionFalse,
+			reason:  controllers.ReasonStoreUnreachable,
+			message: []string{"no keyspace baton", "cassandra.credentials", "and/or password are incorrect"},
+			requeue: time.Hour,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &controllers.DistributedLockReconciler{Client: c, Recorder: &events{}, Interval: time.Hour,
@@ -101,9 +114,45 @@ func TestStoreFailureSaysWhyAndWhen(t *testing.T) {
 					t.Errorf("StoreReachable message %q lacks %q", cond.Message, want)
 				}
 			}
+			if strings.Contains(cond.Message, "credentialsSecretRef") {
+				t.Errorf("StoreReachable message %q sends the lock's author to its own credentials", cond.Message)
+			}
 			if meta.IsStatusConditionTrue(got.Status.Conditions, batonv1.ConditionReady) {
 				t.Error("Ready is True while the store cannot be read")
 			}
 		})
+	}
+}
+
+// The errors of a lock whose own connection finds no schema after the operator's own connection,
+// which would have created it, was refused its login.
+var (
+	errLockNoSchema  = fmt.Errorf("Cassandra [10.0.0.1:9042] keyspace baton: %w: no keyspace baton", cassandrastore.ErrSchema)
+	errOperatorLogin = cassandrastore.ClassifyConnectError(errors.New(
+		"gocql: unable to create session: unable to connect to initial hosts: Provided username baton-operator and/or password are incorrect"))
+)
+
+// TestSchemaNotCreatedIsNotTheLocksLogin: when the operator's own connection (which creates the
+// schema) fails and the lock's then finds no schema, the result is the lock's schema error; the
+// operator's failure is only told, with the operator's settings to check, and is not in the
+// lock's error chain, where it would read as Cassandra refusing the lock's credentials.
+func TestSchemaNotCreatedIsNotTheLocksLogin(t *testing.T) {
+	for _, own := range []error{errOperatorLogin, cassandrastore.ClassifyConnectError(errors.New(
+		"gocql: unable to create session: unable to connect to initial hosts: tls: failed to verify certificate: x509: certificate signed by unknown authority"))} {
+		err := controllers.SchemaNotCreated(errLockNoSchema, own)
+		if !errors.Is(err, cassandrastore.ErrSchema) {
+			t.Errorf("%v: not the lock's schema error", err)
+		}
+		if errors.Is(err, cassandrastore.ErrAuthentication) || errors.Is(err, cassandrastore.ErrServerNotTrusted) {
+			t.Errorf("the operator's failure reads as the lock's own: %v", err)
+		}
+		for _, want := range []string{"cassandra.credentials", "cassandra.tls"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q does not name the operator's chart value %s", err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "credentialsSecretRef") || strings.Contains(err.Error(), "tlsSecretRef") {
+			t.Errorf("%q sends the reader to a DistributedLock's Secrets for the operator's connection", err)
+		}
 	}
 }

@@ -24,6 +24,8 @@ import (
 func TestConnectionPolicy(t *testing.T) {
 	cfg := inject.Config{Image: "baton:test"}
 	cfg.Cassandra.ContactPoints, cfg.Cassandra.Keyspace = []string{"cass-0.db:9042", "cass-1.db"}, "baton"
+	ipCfg := cfg
+	ipCfg.Cassandra.ContactPoints = []string{"198.18.0.1"}
 	own := cassandrastore.Credentials{Username: "baton-operator", Password: "operator-s3cret"}
 	ownTLS := cassandrastore.Credentials{Username: "baton-operator", Password: "operator-s3cret",
 		TLS: &cassandrastore.TLS{CA: []byte("ca"), Cert: []byte("cert"), Key: []byte("key")}}
@@ -37,6 +39,21 @@ func TestConnectionPolicy(t *testing.T) {
 		{name: "defaults: the operator's login is not the lock's", refused: "no Cassandra credentials"},
 		{name: "defaults, anonymous allowed", src: controllers.PoolSource{AllowAnonymous: true}},
 		{name: "defaults, over TLS", tls: true, src: controllers.PoolSource{AllowAnonymous: true}, refused: "over TLS"},
+		// The operator's servers in any spelling, order or subset are its servers: its TLS is theirs.
+		{name: "the operator's servers reordered, over TLS", tls: true, src: controllers.PoolSource{AllowAnonymous: true},
+			conn: &batonv1.CassandraConnection{ContactPoints: []string{"cass-1.db", "cass-0.db:9042"}}, refused: "over TLS"},
+		{name: "one of the operator's servers, over TLS", tls: true, src: controllers.PoolSource{AllowAnonymous: true},
+			conn: &batonv1.CassandraConnection{ContactPoints: []string{"cass-1.db"}}, refused: "over TLS"},
+		{name: "the operator's servers with and without the default port, over TLS", tls: true, src: controllers.PoolSource{AllowAnonymous: true},
+			conn: &batonv1.CassandraConnection{ContactPoints: []string{"cass-0.db", "cass-1.db:9042"}}, refused: "over TLS"},
+		{name: "the operator's servers in upper case, over TLS", tls: true, src: controllers.PoolSource{AllowAnonymous: true},
+			conn: &batonv1.CassandraConnection{ContactPoints: []string{"CASS-0.db:9042", "cass-1.db"}}, refused: "over TLS"},
+		{name: "an operator's server among others, over TLS", tls: true,
+			src:  controllers.PoolSource{AllowAnonymous: true, AllowedContactPoints: []string{"cass-eu.db", "cass-0.db"}},
+			conn: &batonv1.CassandraConnection{ContactPoints: []string{"cass-eu.db", "cass-0.db"}}, refused: "over TLS"},
+		{name: "the operator's server by another spelling of its IP, over TLS", tls: true,
+			src:  controllers.PoolSource{AllowAnonymous: true, Config: ipCfg},
+			conn: &batonv1.CassandraConnection{ContactPoints: []string{"[::ffff:198.18.0.1]:9042"}}, refused: "over TLS"},
 		{name: "other servers, over TLS: the operator's TLS is not theirs", tls: true,
 			src:  controllers.PoolSource{AllowAnonymous: true, AllowedContactPoints: []string{"cass-eu.db"}},
 			conn: &batonv1.CassandraConnection{ContactPoints: []string{"cass-eu.db"}}},
@@ -71,7 +88,10 @@ func TestConnectionPolicy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := tc.src
-			src.Config, src.Defaults = cfg, own
+			if src.Config.Cassandra.ContactPoints == nil {
+				src.Config = cfg
+			}
+			src.Defaults = own
 			if tc.tls {
 				src.Defaults = ownTLS
 			}
@@ -120,6 +140,8 @@ func TestSidecarConnection(t *testing.T) {
 	}{
 		{"the operator's servers and keyspace", refs(batonv1.CassandraConnection{}), "cassandra.db.svc"},
 		{"the operator's servers, the lock's server name", refs(batonv1.CassandraConnection{TLSServerName: "other.db"}), "other.db"},
+		{"the operator's servers spelled otherwise", refs(batonv1.CassandraConnection{ContactPoints: []string{"CASS-0.db:9042"}}), "cassandra.db.svc"},
+		{"an operator's server among others", refs(batonv1.CassandraConnection{ContactPoints: []string{"cass-eu.db", "cass-0.db"}}), "cassandra.db.svc"},
 		{"other servers", refs(batonv1.CassandraConnection{ContactPoints: []string{"cass-eu.db"}}), ""},
 		{"other servers, their server name", refs(batonv1.CassandraConnection{ContactPoints: []string{"cass-eu.db"}, TLSServerName: "eu.db"}), "eu.db"},
 	} {
@@ -143,5 +165,37 @@ func TestSidecarConnection(t *testing.T) {
 				t.Errorf("the sidecars get server name %q, the operator verifies %q", s.TLSServerName, tc.serverName)
 			}
 		})
+	}
+}
+
+// TestOwnsOperatorServersInAnySpelling: the operator's own connection (which creates the schema)
+// is used wherever a lock names any of the operator's servers, however spelled (case, default
+// port, order, subset, IP form), in one of its keyspaces; never on other servers alone.
+func TestOwnsOperatorServersInAnySpelling(t *testing.T) {
+	cfg := inject.Config{Image: "baton:test"}
+	cfg.Cassandra.ContactPoints, cfg.Cassandra.Keyspace = []string{"cass-0.db:9042", "cass-1.db", "198.18.0.1"}, "baton"
+	src := controllers.PoolSource{Config: cfg}
+	for _, tc := range []struct {
+		hosts []string
+		owns  bool
+	}{
+		{[]string{"cass-0.db:9042", "cass-1.db", "198.18.0.1"}, true},
+		{[]string{"cass-1.db", "cass-0.db"}, true},
+		{[]string{"CASS-1.DB:9042"}, true},
+		{[]string{"[::ffff:198.18.0.1]:9042"}, true},
+		{[]string{"cass-eu.db", "cass-0.db"}, true},
+		{[]string{"cass-eu.db"}, false},
+		{[]string{"cass-0.db:9043"}, false},
+		{[]string{"cass-0.db."}, false}, // absolute: maybe another host
+		{nil, false},
+	} {
+		conn := cassandrastore.Connection{ContactPoints: tc.hosts, Keyspace: "baton"}
+		if got := src.Owns(conn); got != tc.owns {
+			t.Errorf("Owns(%v) = %v, want %v", tc.hosts, got, tc.owns)
+		}
+		conn.Keyspace = "shop"
+		if src.Owns(conn) {
+			t.Errorf("Owns(%v) in keyspace shop, not one of the operator's", tc.hosts)
+		}
 	}
 }

@@ -6,11 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -95,7 +91,7 @@ func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lo
 	store, err := s.Pool.Store(ctx, conn)
 	if err != nil {
 		if schemaErr != nil && errors.Is(err, cassandrastore.ErrSchema) {
-			err = fmt.Errorf("%w (the operator creates it with its own credentials, which failed: %w)", err, s.Defaults.Redact(schemaErr))
+			err = schemaNotCreated(err, s.Defaults.Redact(schemaErr))
 		}
 		// Cassandra names the user in a refused login; the error lands in status and Events.
 		return nil, conn.Redact(err)
@@ -103,9 +99,51 @@ func (s *PoolSource) Store(ctx context.Context, dl *batonv1.DistributedLock) (lo
 	return store, nil
 }
 
-// own returns conn with the operator's own credentials instead of the lock's.
+// schemaNotCreated is err, the lock's own connection's (it found no schema), told with own, the
+// failure of the operator's own connection that would have created the schema. own is text only,
+// not in err's chain: Cassandra refusing the operator's login is not refusing the lock's
+// (storeFailed would report AuthenticationFailed), and its hint names the operator's settings
+// (chart values cassandra.credentials and cassandra.tls) rather than a DistributedLock's Secrets.
+func schemaNotCreated(err, own error) error {
+	return fmt.Errorf("%w (the operator creates the schema with its own connection, which failed: %s)", err, operatorConnectHint(own))
+}
+
+// operatorConnectHint is the text of err, a failure of the operator's own connection, with the
+// operator's settings to check in place of cassandrastore's hint, which names a DistributedLock's.
+// It does not redact: pass it an error without credentials in it.
+func operatorConnectHint(err error) string {
+	const settings = "the operator's chart values cassandra.credentials (user name and password) and cassandra.tls (CA, client certificate, serverName)"
+	switch {
+	case errors.Is(err, cassandrastore.ErrAuthentication):
+		return fmt.Sprintf("Cassandra refused the operator's login or client certificate: check %s: %v", settings, driverError(err))
+	case errors.Is(err, cassandrastore.ErrServerNotTrusted):
+		return fmt.Sprintf("the Cassandra server's TLS certificate is not trusted: check %s: %v", settings, driverError(err))
+	}
+	return fmt.Sprintf("%v; check %s", err, settings)
+}
+
+// driverError is the error cassandrastore.ClassifyConnectError wrapped in err (the driver's own,
+// without the classification's hint), or err when there is none.
+func driverError(err error) error {
+	for e := err; e != nil; {
+		if m, ok := e.(interface{ Unwrap() []error }); ok {
+			errs := m.Unwrap()
+			if len(errs) == 2 && (errs[0] == cassandrastore.ErrAuthentication || errs[0] == cassandrastore.ErrServerNotTrusted) {
+				return errs[1]
+			}
+			return err
+		}
+		e = errors.Unwrap(e)
+	}
+	return err
+}
+
+// own returns conn with the operator's own credentials instead of the lock's, on the operator's
+// own contact points: a lock that names one of them among other hosts does not get the operator's
+// login sent to those others.
 func (s *PoolSource) own(conn cassandrastore.Connection) cassandrastore.Connection {
 	conn.Credentials = s.Defaults
+	conn.ContactPoints = s.Config.Cassandra.ContactPoints
 	return conn
 }
 
@@ -199,7 +237,7 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 		}
 		t.TLS = tls
 	}
-	if t.TLS == nil && s.Defaults.TLS != nil && slices.Equal(t.ContactPoints, s.Config.Cassandra.ContactPoints) {
+	if t.TLS == nil && s.Defaults.TLS != nil && inject.OnOperatorServers(t.ContactPoints, s.Config.Cassandra.ContactPoints) {
 		return t, fmt.Errorf("%w: the operator reaches its Cassandra %v over TLS, and this lock's sidecars would connect without: "+
 			"put the CA that signs the servers' certificates (key ca.crt) in a Secret labelled %s=true, e.g. the credentials Secret, "+
 			"and name it in spec.cassandra.tlsSecretRef", errConnectionNotAllowed, t.ContactPoints, batonv1.LabelCassandraSecret)
@@ -213,10 +251,12 @@ func (s *PoolSource) Connection(ctx context.Context, dl *batonv1.DistributedLock
 	return t, nil
 }
 
-// Owns says whether conn is one of the operator's own: its default contact points and one of its
-// keyspaces. Only there does it use its own credentials, to create the schema (EnsuresSchema).
+// Owns says whether conn is one of the operator's own: on its servers (any of its default contact
+// points, however spelled: inject.OnOperatorServers) and in one of its keyspaces. Only there does
+// it use its own credentials, to create the schema (EnsuresSchema), and then only on its own
+// contact points (see own), never on the other hosts conn may also name.
 func (s *PoolSource) Owns(conn cassandrastore.Connection) bool {
-	return len(conn.ContactPoints) > 0 && slices.Equal(conn.ContactPoints, s.Config.Cassandra.ContactPoints) &&
+	return inject.OnOperatorServers(conn.ContactPoints, s.Config.Cassandra.ContactPoints) &&
 		slices.Contains(s.operatorKeyspaces(), cmp.Or(conn.Keyspace, cassandrastore.DefaultKeyspace))
 }
 
@@ -245,7 +285,7 @@ func (s *PoolSource) checkContactPoints(hosts []string) error {
 	}
 	var refused []string
 	for _, h := range hosts {
-		if !slices.ContainsFunc(allowed, func(a string) bool { return normalHost(a) == normalHost(h) }) {
+		if !slices.ContainsFunc(allowed, func(a string) bool { return inject.NormalHost(a) == inject.NormalHost(h) }) {
 			refused = append(refused, h)
 		}
 	}
@@ -254,25 +294,6 @@ func (s *PoolSource) checkContactPoints(hosts []string) error {
 	}
 	return fmt.Errorf("%w: contact point(s) %v are not on the operator's allow-list %v: the operator sends credentials only to Cassandra servers "+
 		"its administrator listed (--cassandra-allowed-hosts); use those, or ask the administrator to add yours", errConnectionNotAllowed, refused, allowed)
-}
-
-// normalHost returns h as host:port for comparison, with Cassandra's port 9042 when h has none:
-// an IP address in its canonical form (IPv4-mapped IPv6 as IPv4), a name in lower case. A name's
-// trailing dot is kept: "db." is absolute, while "db" goes through the resolver's search domains
-// (the resolving pod's namespace first) and may name another host.
-func normalHost(h string) string {
-	h = strings.TrimSpace(h)
-	host, port, err := net.SplitHostPort(h)
-	if err != nil {
-		host, port = strings.Trim(h, "[]"), "9042"
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
-		port = strconv.FormatUint(n, 10)
-	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return net.JoinHostPort(ip.Unmap().String(), port)
-	}
-	return net.JoinHostPort(strings.ToLower(host), port)
 }
 
 // secret reads Secret ns/name for field (of spec.cassandra), which must carry the opt-in label. A

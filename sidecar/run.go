@@ -168,7 +168,7 @@ func connectStore(ctx context.Context, opts Options, start *startup, log logr.Lo
 	store, err = openStore(ctx, session, func(attempt int, err error) {
 		start.waitFor(ReasonWaitingForStore, fmt.Sprintf("waiting for the lock schema in keyspace %s at %s (the baton operator creates it when it first reads the DistributedLock): %v (attempt %d; retrying)",
 			opts.Cassandra.Keyspace, hosts, redact(err), attempt))
-	}, log, opts.Cassandra.StoreOptions()...)
+	}, redact, log, opts.Cassandra.StoreOptions()...)
 	if err != nil {
 		closeSession()
 		if ctx.Err() != nil {
@@ -316,7 +316,7 @@ func connect(ctx context.Context, cc *gocql.ClusterConfig, hosts string, redact 
 	failed func(attempt int, err error), log logr.Logger) (*gocql.Session, error) {
 	session, err := retry(ctx, log, "Cassandra at "+hosts+" not reachable yet, retrying",
 		func() (*gocql.Session, error) { return cassandrastore.CreateSession(cc) },
-		func(err error) bool { return !cassandrastore.IsPermanentConnectError(err) }, failed)
+		func(err error) bool { return !cassandrastore.IsPermanentConnectError(err) }, failed, redact)
 	if why, fix := loginRefused(err); why != "" && ctx.Err() == nil {
 		return nil, fmt.Errorf("sidecar: refusing to start: Cassandra at %s %s (%w: %w); %s (the sidecar reads them from %s and %s)",
 			hosts, why, ErrLoginRefused, redact(err), fix, sidecarcontract.UsernameFile, sidecarcontract.PasswordFile)
@@ -365,11 +365,11 @@ func loginRefused(err error) (why, fix string) {
 // container's last words say what is wrong: bad options, a newer schema, a Cassandra version
 // unsafe for a lock (cassandrastore.ErrUnsafeServer), or another cluster than the one the lock
 // lives on (cassandrastore.ErrClusterMismatch).
-func openStore(ctx context.Context, session *gocql.Session, failed func(attempt int, err error), log logr.Logger,
+func openStore(ctx context.Context, session *gocql.Session, failed func(attempt int, err error), redact func(error) error, log logr.Logger,
 	opts ...cassandrastore.Option) (*cassandrastore.Store, error) {
 	store, err := retry(ctx, log, "waiting for the lock schema (the baton operator creates it)",
 		func() (*cassandrastore.Store, error) { return cassandrastore.New(ctx, session, opts...) },
-		func(err error) bool { return errors.Is(err, cassandrastore.ErrSchemaMissing) }, failed)
+		func(err error) bool { return errors.Is(err, cassandrastore.ErrSchemaMissing) }, failed, redact)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("sidecar: %w", err)
@@ -382,21 +382,23 @@ func openStore(ctx context.Context, session *gocql.Session, failed func(attempt 
 }
 
 // retry calls f until it succeeds or fails with an error that retryable refuses, waiting 250ms
-// doubling to 5s between attempts, logging msg and calling failed at each retried failure. When
-// ctx ends first, the error wraps ctx's error and the last failure.
+// doubling to 5s between attempts, logging msg with the failure as redact leaves it (no user
+// name or password) and calling failed at each retried failure. When ctx ends first, the error
+// wraps ctx's error and the last failure, redacted. It does not redact what failed is given, nor
+// the error it returns for a failure retryable refuses: its caller does.
 func retry[T any](ctx context.Context, log logr.Logger, msg string, f func() (T, error), retryable func(error) bool,
-	failed func(attempt int, err error)) (T, error) {
+	failed func(attempt int, err error), redact func(error) error) (T, error) {
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		v, err := f()
 		if err == nil || !retryable(err) {
 			return v, err
 		}
-		log.Info(msg, "attempt", attempt, "err", err.Error())
+		log.Info(msg, "attempt", attempt, "err", redact(err).Error())
 		failed(attempt, err)
 		if cerr := ctxtime.Sleep(ctx, backoff); cerr != nil {
 			var zero T
-			return zero, fmt.Errorf("%w (last error: %w)", cerr, err)
+			return zero, fmt.Errorf("%w (last error: %w)", cerr, redact(err))
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}

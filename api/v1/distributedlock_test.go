@@ -152,6 +152,12 @@ func TestValidation(t *testing.T) {
 				Consistency: batonv1.ConsistencyLocalQuorum, SerialConsistency: batonv1.SerialConsistencyLocalSerial, LocalDC: "dc1",
 			}
 		}, ""},
+		{"tlsServerName without tlsSecretRef", func(s *batonv1.DistributedLockSpec) {
+			s.Cassandra = &batonv1.CassandraConnection{TLSServerName: "cassandra.db.svc"}
+		}, "cassandra.tlsServerName needs cassandra.tlsSecretRef"},
+		{"tlsServerName with tlsSecretRef", func(s *batonv1.DistributedLockSpec) {
+			s.Cassandra = &batonv1.CassandraConnection{TLSServerName: "cassandra.db.svc", TLSSecretRef: &batonv1.TLSSecretRef{Name: "db"}}
+		}, ""},
 		{"bad consistency", func(s *batonv1.DistributedLockSpec) {
 			s.Cassandra = &batonv1.CassandraConnection{Consistency: "ONE"}
 		}, `Unsupported value: "ONE"`},

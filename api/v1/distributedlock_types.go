@@ -250,6 +250,7 @@ type DistributedLockSpec struct {
 // that hosts resolve; the StoreReachable condition reports that.
 // +kubebuilder:validation:XValidation:rule="!has(self.consistency) || self.consistency != 'LOCAL_QUORUM' || has(self.localDC)",message="consistency LOCAL_QUORUM needs cassandra.localDC"
 // +kubebuilder:validation:XValidation:rule="!has(self.serialConsistency) || self.serialConsistency != 'LOCAL_SERIAL' || has(self.localDC)",message="serialConsistency LOCAL_SERIAL needs cassandra.localDC"
+// +kubebuilder:validation:XValidation:rule="!has(self.tlsServerName) || has(self.tlsSecretRef)",message="cassandra.tlsServerName needs cassandra.tlsSecretRef: TLS is on only with it, and without TLS no server name is verified"
 type CassandraConnection struct {
 	// contactPoints are Cassandra hosts to connect to first, each "host" or "host:port" (port
 	// 9042 when left out). At most 16. The operator connects only to contact points on its
@@ -302,10 +303,11 @@ type CassandraConnection struct {
 	TLSSecretRef *TLSSecretRef `json:"tlsSecretRef,omitempty"`
 
 	// tlsServerName is the name the sidecars and the operator verify in the Cassandra servers'
-	// certificates, when it is not the contact point dialled (e.g. every node's certificate names
-	// cassandra.db.svc). Used only with tlsSecretRef. Left out: the operator's default
-	// (--cassandra-tls-server-name, chart cassandra.tls.serverName) while contactPoints is left
-	// out, otherwise the host dialled.
+	// certificates (e.g. cassandra.db.svc when every node's certificate names it). Used only with
+	// tlsSecretRef. Left out: the operator's default (--cassandra-tls-server-name, chart
+	// cassandra.tls.serverName) on the operator's contact points, otherwise none: then each node's
+	// IP address is verified (the driver resolves contact points to IPs and dials those), so the
+	// certificates need IP SANs. Set it when they name DNS names.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

@@ -97,7 +97,7 @@ func (c Config) StoreConnection(dl *batonv1.DistributedLock) batonv1.CassandraCo
 	out.LocalDC = cmp.Or(o.LocalDC, out.LocalDC)
 	out.Consistency = cmp.Or(o.Consistency, out.Consistency)
 	out.SerialConsistency = cmp.Or(o.SerialConsistency, out.SerialConsistency)
-	if len(o.ContactPoints) > 0 {
+	if len(o.ContactPoints) > 0 && !OnOperatorServers(o.ContactPoints, c.Cassandra.ContactPoints) {
 		// The operator's server name is its servers'; other contact points are other servers.
 		out.TLSServerName = ""
 	}

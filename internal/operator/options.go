@@ -168,7 +168,7 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.StringVar(&o.CassandraTLSCA, "cassandra-tls-ca", "", "PEM CA bundle verifying the default Cassandra servers (turns TLS on)")
 	fs.StringVar(&o.CassandraTLSCert, "cassandra-tls-cert", "", "PEM client certificate for the default Cassandra")
 	fs.StringVar(&o.CassandraTLSKey, "cassandra-tls-key", "", "PEM client key for the default Cassandra")
-	fs.StringVar(&o.Inject.Cassandra.TLSServerName, "cassandra-tls-server-name", "", "name verified in the default Cassandra servers' certificates, by the operator and by the sidecars of locks that keep the default contact points and name a tlsSecretRef (default: the host dialled)")
+	fs.StringVar(&o.Inject.Cassandra.TLSServerName, "cassandra-tls-server-name", "", "name verified in the default Cassandra servers' certificates, by the operator and by the sidecars of locks on the default contact points that name a tlsSecretRef (default: none, each node's IP address is verified, so the certificates need IP SANs; set it when they name DNS names)")
 	fs.StringVar(&o.Inject.Cassandra.Keyspace, "cassandra-keyspace", "baton", "default Cassandra keyspace")
 	fs.StringVar(&o.Inject.Cassandra.LocalDC, "cassandra-local-dc", "", "default local data centre (required by LOCAL_* consistencies)")
 	// Fields of named string types, bound as plain strings; ParseOptions normalises the

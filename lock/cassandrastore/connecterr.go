@@ -57,8 +57,7 @@ func ClassifyConnectError(err error) error {
 		// A role without LOGIN: "U is not permitted to log in".
 		strings.Contains(msg, "is not permitted to log in"):
 		return fmt.Errorf("%w: check the user name and password (a DistributedLock's credentialsSecretRef Secret): %w", ErrAuthentication, err)
-	case strings.Contains(msg, "tls: certificate required"), strings.Contains(msg, "tls: bad certificate"),
-		strings.Contains(msg, "tls: unknown certificate authority"):
+	case refusedClientCertificate(msg):
 		// The server's TLS alert: it requires a client certificate, or refused the one given.
 		return fmt.Errorf("%w: the server refused the TLS client certificate, or requires one (tls.crt and tls.key of the tlsSecretRef Secret): %w", ErrAuthentication, err)
 	case strings.Contains(msg, "authentication required"):
@@ -69,6 +68,24 @@ func ClassifyConnectError(err error) error {
 		return fmt.Errorf("%w: check the CA (ca.crt of the tlsSecretRef Secret) and the server name verified (spec.cassandra.tlsServerName, the operator's --cassandra-tls-server-name): %w", ErrServerNotTrusted, err)
 	}
 	return err
+}
+
+// clientCertificateAlerts are the TLS alerts, as Go prints them, by which a server refuses the
+// client's certificate or asks for one. Java's TLS stack (Cassandra's) sends certificate_unknown
+// ("unknown certificate") for any failure of a client certificate.
+var clientCertificateAlerts = []string{"certificate required", "bad certificate", "unknown certificate",
+	"expired certificate", "revoked certificate", "unsupported certificate", "unknown certificate authority"}
+
+// refusedClientCertificate says whether msg carries a server's TLS alert refusing the client's
+// certificate ("remote error: tls: ..."). Other alerts (handshake failure: no common cipher suite
+// or version, or some servers' refusal of a certificate too) are not classified and so retried.
+func refusedClientCertificate(msg string) bool {
+	for _, a := range clientCertificateAlerts {
+		if strings.Contains(msg, "remote error: tls: "+a) {
+			return true
+		}
+	}
+	return false
 }
 
 // IsPermanentConnectError reports whether err (from CreateSession) wraps ErrAuthentication or

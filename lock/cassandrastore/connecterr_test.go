@@ -19,6 +19,16 @@ func TestClassifyConnectError(t *testing.T) {
 		{`gocql: unable to create session: unable to connect to initial hosts: authentication required (using "org.apache.cassandra.auth.PasswordAuthenticator")`, cassandrastore.ErrAuthentication},
 		{"gocql: unable to create session: unable to connect to initial hosts: tenant is not permitted to log in", cassandrastore.ErrAuthentication},
 		{"gocql: unable to create session: unable to connect to initial hosts: remote error: tls: certificate required", cassandrastore.ErrAuthentication},
+		// The alerts a server sends when it refuses the client's certificate; Java's TLS stack
+		// (Cassandra's) sends certificate_unknown for any failure of it.
+		{"gocql: unable to create session: unable to connect to initial hosts: remote error: tls: unknown certificate", cassandrastore.ErrAuthentication},
+		{"gocql: unable to create session: unable to connect to initial hosts: remote error: tls: expired certificate", cassandrastore.ErrAuthentication},
+		{"gocql: unable to create session: unable to connect to initial hosts: remote error: tls: revoked certificate", cassandrastore.ErrAuthentication},
+		{"gocql: unable to create session: unable to connect to initial hosts: remote error: tls: unsupported certificate", cassandrastore.ErrAuthentication},
+		{"gocql: unable to create session: unable to connect to initial hosts: remote error: tls: bad certificate", cassandrastore.ErrAuthentication},
+		{"gocql: unable to create session: unable to connect to initial hosts: remote error: tls: unknown certificate authority", cassandrastore.ErrAuthentication},
+		// Not about certificates (e.g. no common cipher suite or protocol version): left alone.
+		{"gocql: unable to create session: unable to connect to initial hosts: remote error: tls: handshake failure", nil},
 		{"gocql: unable to create session: unable to connect to initial hosts: tls: failed to verify certificate: x509: certificate signed by unknown authority", cassandrastore.ErrServerNotTrusted},
 		{"gocql: unable to create session: unable to connect to initial hosts: tls: failed to verify certificate: x509: certificate is valid for cassandra.db.svc, not other.db", cassandrastore.ErrServerNotTrusted},
 		{"gocql: unable to create session: unable to connect to initial hosts: dial tcp 10.0.0.7:9042: connect: connection refused", nil},

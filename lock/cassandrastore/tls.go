@@ -28,7 +28,9 @@ type TLS struct {
 	CA []byte
 	// Cert and Key are the client certificate and its key for mutual TLS; both or neither.
 	Cert, Key []byte
-	// ServerName is the name to verify in the servers' certificates; empty: the host dialled.
+	// ServerName is the name to verify in the servers' certificates; empty: each node's IP address
+	// (the driver resolves contact points to IPs and dials those), which the certificates then need
+	// as IP SANs (TestEmptyServerNameVerifiesNodeIP).
 	ServerName string
 }
 

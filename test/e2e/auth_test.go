@@ -145,6 +145,11 @@ func setUpTenant(t *testing.T, ctx context.Context, cl *localcassandra.Cluster, 
 		cc.Authenticator = gocql.PasswordAuthenticator{Username: "cassandra", Password: "cassandra"}
 		cc.SslOpts = &gocql.SslOptions{Config: &tls.Config{RootCAs: roots, ServerName: authServerName, MinVersion: tls.VersionTLS12}, EnableHostVerification: true}
 		cc.Consistency = gocql.One // the superuser's role reads are at QUORUM of one node anyway
+		// A DBA's session: schema changes and role creation (a bcrypt hash) on a node that has just
+		// started, beside a real node's worth of processes on two cores, took more than the 2 s
+		// default (CI: "creating schema in keyspace baton_tenant: no response received within
+		// timeout period"). Cassandra's own DDL timeout is what bounds them.
+		cc.Timeout = 30 * time.Second
 	})
 	if err != nil {
 		t.Fatalf("the superuser over TLS: %v", err)

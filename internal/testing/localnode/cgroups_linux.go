@@ -300,16 +300,8 @@ func (l cgroupLayout) remove(name string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var errs []error
 	for _, dir := range dirs {
-		for {
-			err := syscall.Rmdir(dir)
-			if err == nil || errors.Is(err, syscall.ENOENT) {
-				break
-			}
-			if time.Now().After(deadline) {
-				errs = append(errs, fmt.Errorf("localnode: removing cgroup %s: %w", dir, err))
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		if err := removeCgroupDir(dir, deadline); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

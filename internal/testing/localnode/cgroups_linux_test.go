@@ -100,23 +100,7 @@ func TestCgroupCreateOnAFakeTree(t *testing.T) {
 // reports the subtree frozen and thaw thawed; kill ends both processes, the forked one included;
 // remove leaves no directory in any hierarchy.
 func TestCgroupFreezeKillRemove(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: this test creates cgroups on this machine (make test runs it)")
-	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to create cgroups")
-		}
-		t.Skip("needs root to create cgroups")
-	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, err := detectCgroups(mi)
-	if err != nil {
-		t.Fatal(err)
-	}
+	host := hostCgroups(t, "cgroups")
 	layouts := map[string]cgroupLayout{"host": host}
 	if host.v2 != "" && host.v1["freezer"] != "" {
 		v1 := host
@@ -183,4 +167,29 @@ func freezeKillRemove(t *testing.T, l cgroupLayout, name string) {
 	if left := l.dirs(name); len(left) > 0 {
 		t.Errorf("cgroups left after remove: %v", left)
 	}
+}
+
+// hostCgroups is the preamble of the tests that create cgroups (and namespaces, for what) on this
+// machine: it skips under -short, needs root (fails without it under CI=true, skips otherwise) and
+// returns the machine's cgroup layout.
+func hostCgroups(t *testing.T, what string) cgroupLayout {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: this test creates %s on this machine (make test runs it)", what)
+	}
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("needs root to create %s", what)
+		}
+		t.Skipf("needs root to create %s", what)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := detectCgroups(mi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -243,17 +243,8 @@ func killCgroupTree(name string) error {
 		}
 		slices.Reverse(dirs) // children before their parents
 		for _, dir := range dirs {
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				err := syscall.Rmdir(dir)
-				if err == nil || errors.Is(err, syscall.ENOENT) {
-					break
-				}
-				if time.Now().After(deadline) {
-					errs = append(errs, fmt.Errorf("localnode: removing cgroup %s: %w", dir, err))
-					break
-				}
-				time.Sleep(50 * time.Millisecond) // the killed processes are still leaving
+			if err := removeCgroupDir(dir, time.Now().Add(5*time.Second)); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -299,4 +290,19 @@ func run(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("localnode: %s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+// removeCgroupDir removes the empty cgroup directory dir, trying again until deadline while
+// processes that were killed are still leaving it; a directory already gone is no error.
+func removeCgroupDir(dir string, deadline time.Time) error {
+	for {
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("localnode: removing cgroup %s: %w", dir, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -19,25 +19,9 @@ import (
 // cgroups; the private paths of design §5 are the node's own inside and unchanged outside;
 // destroy ends the holder and the daemon and removes the cgroups.
 func TestSandbox(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: this test creates namespaces and cgroups on this machine (make test runs it)")
-	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root")
-		}
-		t.Skip("needs root")
-	}
+	l := hostCgroups(t, "namespaces and cgroups")
 	if _, err := exec.LookPath("nsenter"); err != nil {
 		t.Fatalf("nsenter (util-linux): %v", err)
-	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := detectCgroups(mi)
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

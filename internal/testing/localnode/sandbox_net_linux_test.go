@@ -20,23 +20,7 @@ import (
 // gateway through its route to node 2's pod subnet, and the answer comes back; forwarding is on
 // in node 1's namespace only, not on the host.
 func TestSandboxNetworkBetweenTwoNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: this test creates namespaces and cgroups on this machine (make test runs it)")
-	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root")
-		}
-		t.Skip("needs root")
-	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := detectCgroups(mi)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := hostCgroups(t, "namespaces and cgroups")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	specs, err := sandboxedNodes(2)

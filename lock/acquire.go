@@ -56,6 +56,15 @@ type acquisition struct {
 	sawHeld  bool        // as the head, our last record read found it held
 
 	watchHinted QueueEntry // the head for which we acted on a release hint outside the budget (wait)
+
+	// The hint path watch (hintprobe.go): the entry right ahead of ours at the last queue read,
+	// where our last probe went, when, whether it is still unanswered, and whether hints may not
+	// reach us (we step as without hints behind the head).
+	before    QueueEntry
+	probeAddr string
+	probeSent time.Time
+	probeOut  bool
+	deaf      bool
 }
 
 // acquire is the acquire loop: it makes steps (docs/design.md, Acquire) until granted, until a
@@ -91,6 +100,7 @@ func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 			backoff = l.opts.pollInterval
 			wait = a.capWait(l.jitter(wait))
 		}
+		a.probeAfterStep()
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("lock %s: %w", a.lockID, err)
 		}
@@ -127,10 +137,10 @@ func (a *acquisition) headPoll() time.Duration {
 }
 
 // restPoll is how long a waiter behind the head waits between steps; nextInLine for the waiter
-// right behind it.
+// right behind it. A deaf waiter (hintprobe.go) polls as without hints.
 func (a *acquisition) restPoll(nextInLine bool) time.Duration {
 	switch {
-	case a.hinted():
+	case a.hinted() && !a.deaf:
 		return a.l.opts.hintedRestPoll(a.entry)
 	case nextInLine:
 		return a.l.opts.nextInLinePoll()
@@ -176,23 +186,46 @@ func (a *acquisition) capWait(d time.Duration) time.Duration {
 }
 
 // wait sleeps for d, or until a hint for our queue entry arrives that the hint budget lets us act
-// on. It returns the hint, or a zero Hint when the poll came first.
+// on, or until the hint path watch finds that hints may not reach us (hintprobe.go). It returns
+// the hint, or a zero Hint when the poll came first. Echoes of our probes end no wait.
 func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
 	l := a.l
 	t := l.opts.clock.NewTimer(d)
 	defer t.Stop()
 	for {
+		// A probe event already due is handled here, not by a timer of no duration, which would be
+		// ready together with a pending hint and let select pick either (a simulated history
+		// would not replay).
+		if now := l.opts.clock.Now(); a.probeEventDue(now) {
+			if a.probeDue(now) {
+				return Hint{}, nil // deaf now: step as without hints
+			}
+			continue
+		}
+		probe, stopProbe := a.probeTimer()
 		select {
 		case <-ctx.Done():
+			stopProbe()
 			return Hint{}, ctx.Err()
 		case <-t.C():
+			stopProbe()
 			return Hint{}, nil
+		case <-probe:
+			if a.probeDue(l.opts.clock.Now()) {
+				return Hint{}, nil // deaf now: step as without hints
+			}
+			continue
 		case h := <-a.hints:
+			stopProbe()
 			if !a.queued || h.LockID != a.lockID || h.Owner != a.entry.Owner || h.Enqueued != a.entry.Enqueued {
 				continue // for an entry that is not waiting any more
 			}
 			l.hintArrived()
 			a.fallback = false
+			a.heard()
+			if h.Kind == HintEcho || h.Kind == HintProbe {
+				continue // hints reach us; nothing to look at
+			}
 			if h.Kind == HintFree && a.nextInLine() && !a.watchHinted.Same(a.head) {
 				// Told of a release as the waiter behind the head, to watch a head that may be
 				// dead (Lease.release). One such step per head comes apart from the budget, so

@@ -10,8 +10,8 @@ import "time"
 // lock until hintFallbackFor after its last missed hint, unless a hint arrives meanwhile (which
 // also ends the fallback of a running acquisition). Its queue entry keeps its hint
 // address, so others go on judging it by the hinted rules, which are the more lenient ones.
-// Not guaranteed: a waiter that has not missed a hint yet keeps the hinted schedule, so the
-// first hand-off to it after hints stopped may still wait for its rest poll.
+// A waiter behind the head does not wait for a missed hint to learn that hints do not reach it:
+// its probes tell it sooner (hintprobe.go). An echo, like a hint, ends the fallback.
 
 // hintFallbackFor is how long a Locker keeps to the unhinted schedule after a missed hint.
 const hintFallbackFor = 2 * time.Minute

@@ -29,6 +29,20 @@ func (a *acquisition) readQueue(now time.Time, queue []QueueEntry) {
 	a.queueReadAt = now
 	a.next, a.othersSeen = nextWaiter(queue, a.l.owner)
 	a.after, _ = secondWaiter(queue, a.l.owner, a.next)
+	a.before = entryAhead(queue, a.entry, a.l.owner)
+}
+
+// entryAhead returns the entry of another owner right ahead of mine in queue: the latest of those
+// aheadOf counts (zero when there is none). Its waiter tells us when it leaves the queue.
+func entryAhead(queue []QueueEntry, mine QueueEntry, owner Owner) QueueEntry {
+	self := owner.String()
+	var before QueueEntry
+	for _, e := range queue {
+		if e.Owner != self && (mine.Enqueued == 0 || e.Less(mine)) && (before.Enqueued == 0 || before.Less(e)) {
+			before = e
+		}
+	}
+	return before
 }
 
 func (a *acquisition) enqueue(ctx context.Context) error {

@@ -27,30 +27,34 @@ func (dropHints) Send(string, lock.Hint) {}
 
 // TestLostHintBound: with every hint lost, the head of the queue is granted a released lock
 // within one hinted head poll (1 s at the default lease, plus its 10 % jitter and the requests),
-// whatever the moment of the release; a waiter that moved up to the head while its hint was lost
-// too within one rest poll (10 s) more.
+// whatever the moment of the release; the waiter behind it, whose probes went unanswered, within
+// 1.5 s of the head's grant (it polls as without hints: hintprobe.go), not a rest poll (10 s).
 func TestLostHintBound(t *testing.T) {
 	const releases = 20
 	// A literal, not scaled from MaxHintedHeadPoll: a longer head poll must fail this test, not
 	// move its bound (1 s + 10 % jitter + 50 ms of requests).
 	const bound = 1150 * time.Millisecond
-	var worst time.Duration
+	// The waiter behind the head, granted after it: a literal too (a head poll, about 0.7 s of
+	// polling as next in line and the requests), where waiting for its rest poll takes 10 s.
+	const restBound = 1500 * time.Millisecond
+	var worst, worstNext time.Duration
 	for i := range releases {
 		synctest.Test(t, func(t *testing.T) {
 			// Release at phases spread over two head polls, after the head has been waiting for
 			// a while (several renewals and entry rewrites).
 			phase := 20*time.Second + time.Duration(i)*2*lock.MaxHintedHeadPoll/releases
 			waited, next := lostHintHandOff(t, phase)
-			worst = max(worst, waited)
+			worst, worstNext = max(worst, waited), max(worstNext, next)
 			if waited > bound {
 				t.Errorf("release %d: with every hint lost the head was granted %v after the release; want within %v", i, waited, bound)
 			}
-			if restBound := 10*time.Second*12/10 + bound; next > restBound {
+			if next > restBound {
 				t.Errorf("release %d: the next waiter was granted %v after the head; want within %v", i, next, restBound)
 			}
 		})
 	}
-	t.Logf("with every hint lost: the head granted at most %v after a release (bound %v), %d releases", worst, bound, releases)
+	t.Logf("with every hint lost: the head granted at most %v after a release (bound %v), the waiter behind it at most %v after the head (bound %v), %d releases",
+		worst, bound, worstNext, restBound, releases)
 }
 
 // lostHintHandOff queues a head and a waiter behind a holder, every hint lost, releases the lock

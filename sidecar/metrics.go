@@ -229,16 +229,17 @@ type hintCollector struct {
 
 // watchHints exports the counts of the sidecar's hint socket: baton_hints_sent_total,
 // baton_hint_send_failures_total and baton_hints_received_total by result (delivered to a waiting
-// lock, malformed, or for no waiter here).
+// lock, malformed, for no waiter here, or a probe of the hint path, answered with an echo counted
+// as sent).
 func (m *metricSet) watchHints(stats func() hintudp.Stats) {
 	if m == nil {
 		return
 	}
 	m.Registry.MustRegister(&hintCollector{
 		stats:    stats,
-		sent:     prometheus.NewDesc("baton_hints_sent_total", "Hand-off hints sent to other sidecars.", nil, nil),
+		sent:     prometheus.NewDesc("baton_hints_sent_total", "Hand-off hints, probes and echoes sent to other sidecars.", nil, nil),
 		failed:   prometheus.NewDesc("baton_hint_send_failures_total", "Hand-off hints that could not be sent (no usable address, or the send failed).", nil, nil),
-		received: prometheus.NewDesc("baton_hints_received_total", "Datagrams received on the hint port, by result: delivered (to a waiting lock), nobody_waiting, malformed.", []string{"result"}, nil),
+		received: prometheus.NewDesc("baton_hints_received_total", "Datagrams received on the hint port, by result: delivered (a hint or echo, to a waiting lock), nobody_waiting, malformed, probe (another sidecar checking that its hints reach it).", []string{"result"}, nil),
 	})
 }
 
@@ -252,7 +253,7 @@ func (c *hintCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
 	ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(s.Sent))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(s.SendFailed))
-	for result, n := range map[string]int{"delivered": s.Delivered, "nobody_waiting": s.NobodyWaiting, "malformed": s.Malformed} {
+	for result, n := range map[string]int{"delivered": s.Delivered, "nobody_waiting": s.NobodyWaiting, "malformed": s.Malformed, "probe": s.Probes} {
 		ch <- prometheus.MustNewConstMetric(c.received, prometheus.CounterValue, float64(n), result)
 	}
 }

@@ -13,6 +13,12 @@
 // of its own pod or host instead of another process of the lock, unless Config.AllowLoopback says
 // this is a development setup with several processes on one host. It does send to any other
 // unicast address: which pods it can reach is the network's to decide (a NetworkPolicy on egress).
+//
+// A Hinter answers every probe (lock.HintProbe) it receives with an echo of the same fields to the
+// probe's source address, whether or not anyone waits for that lock here: the prober learns that
+// datagrams from here reach it. An echo is no larger than its probe, never goes to an address a
+// hint could not go to (loopback only with AllowLoopback), and at most MaxEchoesPerSecond go out a
+// second, so a forged source address cannot turn the hint port into an amplifier.
 package hintudp
 
 import (
@@ -23,6 +29,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -42,6 +49,30 @@ type Hinter struct {
 	mu      sync.Mutex
 	waiters map[waiter]chan lock.Hint
 	stats   Stats
+	echoes  echoWindow
+}
+
+// MaxEchoesPerSecond bounds the echoes a Hinter sends: probes beyond it are counted and dropped,
+// and their senders poll as if hints did not reach them. A waiter probes every 2 s, so this is
+// the waiters of 2,000 locks waiting behind this process's.
+const MaxEchoesPerSecond = 1000
+
+// echoWindow counts the echoes sent in the current second.
+type echoWindow struct {
+	start time.Time
+	sent  int
+}
+
+// allow reports whether another echo may go out at now, and counts it.
+func (w *echoWindow) allow(now time.Time) bool {
+	if now.Sub(w.start) >= time.Second || now.Before(w.start) {
+		w.start, w.sent = now, 0
+	}
+	if w.sent >= MaxEchoesPerSecond {
+		return false
+	}
+	w.sent++
+	return true
 }
 
 var _ lock.Hinter = (*Hinter)(nil)
@@ -51,8 +82,12 @@ type waiter struct{ lockID, owner string }
 // Stats counts a Hinter's datagrams.
 type Stats struct {
 	Sent, SendFailed         int // datagrams sent, and sends that failed or had no usable address
-	Received, Delivered      int // datagrams received, and hints handed to a waiting Locker
+	Received, Delivered      int // datagrams received, and hints (and echoes) handed to a waiting Locker
 	Malformed, NobodyWaiting int // datagrams that were not hints, and hints for no waiter here
+	// Probes counts the probes received; Echoed those answered (an echo sent back: also counted in
+	// Sent or SendFailed). The rest came from an address a hint could not go to, or beyond
+	// MaxEchoesPerSecond.
+	Probes, Echoed int
 }
 
 // Config configures a Hinter.
@@ -132,9 +167,10 @@ func (h *Hinter) Stats() Stats {
 	return h.stats
 }
 
-// Listen implements lock.Hinter. A second listener for the same waiter replaces the first.
+// Listen implements lock.Hinter. A second listener for the same waiter replaces the first. Two
+// datagrams may be pending for it, so that the echo of its probe never crowds out a hint.
 func (h *Hinter) Listen(lockID, owner string) (string, <-chan lock.Hint, func()) {
-	w, ch := waiter{lockID, owner}, make(chan lock.Hint, 1)
+	w, ch := waiter{lockID, owner}, make(chan lock.Hint, 2)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.waiters[w] = ch
@@ -152,8 +188,20 @@ func (h *Hinter) Listen(lockID, owner string) (string, <-chan lock.Hint, func())
 // counted. It never waits for an answer.
 func (h *Hinter) Send(addr string, hint lock.Hint) {
 	to, err := netip.ParseAddrPort(addr)
+	if err == nil {
+		h.sendTo(to, hint)
+		return
+	}
+	h.mu.Lock()
+	h.stats.SendFailed++
+	h.mu.Unlock()
+	h.log.V(1).Info("hint not sent", "to", addr, "lock", hint.LockID, "err", err.Error())
+}
+
+// sendTo sends one datagram to to, unless it is not an address a hint may go to.
+func (h *Hinter) sendTo(to netip.AddrPort, hint lock.Hint) {
+	var err error
 	switch {
-	case err != nil:
 	case !h.allowLoopback && to.Addr().Unmap().IsLoopback():
 		err = errors.New("a loopback address: refused outside development setups (AllowLoopback)")
 	case !usable(to, h.allowLoopback):
@@ -171,8 +219,25 @@ func (h *Hinter) Send(addr string, hint lock.Hint) {
 	}
 	h.mu.Unlock()
 	if err != nil {
-		h.log.V(1).Info("hint not sent", "to", addr, "lock", hint.LockID, "err", err.Error())
+		h.log.V(1).Info("hint not sent", "to", to.String(), "lock", hint.LockID, "kind", hint.Kind.String(), "err", err.Error())
 	}
+}
+
+// echo answers a probe that came from from, within MaxEchoesPerSecond.
+func (h *Hinter) echo(from netip.AddrPort, probe lock.Hint) {
+	h.mu.Lock()
+	h.stats.Probes++
+	ok := usable(from, h.allowLoopback) && h.echoes.allow(time.Now())
+	if ok {
+		h.stats.Echoed++
+	}
+	h.mu.Unlock()
+	if !ok {
+		h.log.V(1).Info("probe not answered", "from", from.String(), "lock", probe.LockID)
+		return
+	}
+	probe.Kind = lock.HintEcho
+	h.sendTo(from, probe)
 }
 
 // receive reads datagrams until the socket is closed and hands each hint to its waiter.
@@ -194,6 +259,7 @@ func (h *Hinter) receive() {
 		switch {
 		case perr != nil:
 			h.stats.Malformed++
+		case hint.Kind == lock.HintProbe:
 		default:
 			if ch = h.waiters[waiter{hint.LockID, hint.Owner}]; ch == nil {
 				h.stats.NobodyWaiting++
@@ -206,10 +272,14 @@ func (h *Hinter) receive() {
 			h.log.V(1).Info("dropped a datagram that is not a hint", "from", from.String(), "err", perr.Error())
 			continue
 		}
+		if hint.Kind == lock.HintProbe {
+			h.echo(from, hint)
+			continue
+		}
 		if ch != nil {
 			select {
 			case ch <- hint:
-			default: // one hint pending is enough to make the waiter look
+			default: // two pending are enough to make the waiter look
 			}
 		}
 	}

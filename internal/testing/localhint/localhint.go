@@ -33,9 +33,10 @@ func New() *Hinter {
 	return h
 }
 
-// Listen implements lock.Hinter. A second listener for the same waiter replaces the first.
+// Listen implements lock.Hinter. A second listener for the same waiter replaces the first. Two
+// hints may be pending for it, as with hintudp, so that an echo never crowds out a hint.
 func (h *Hinter) Listen(lockID, owner string) (string, <-chan lock.Hint, func()) {
-	w, l := waiter{lockID, owner}, &listener{hints: make(chan lock.Hint, 1)}
+	w, l := waiter{lockID, owner}, &listener{hints: make(chan lock.Hint, 2)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.waiters[w] = l
@@ -49,14 +50,18 @@ func (h *Hinter) Listen(lockID, owner string) (string, <-chan lock.Hint, func())
 }
 
 // Send implements lock.Hinter: it delivers h without blocking when addr is this Hinter's and the
-// waiter listens; a hint that finds the waiter's buffer full is dropped (one pending hint is
-// enough to make it look).
+// waiter listens; a hint that finds the waiter's buffer full is dropped (pending hints are enough
+// to make it look). A probe to this Hinter's address comes back at once as an echo to the waiter
+// that sent it (its lock and owner), as hintudp answers probes.
 func (h *Hinter) Send(addr string, hint lock.Hint) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sent++
 	if addr != h.addr {
 		return
+	}
+	if hint.Kind == lock.HintProbe {
+		hint.Kind = lock.HintEcho
 	}
 	if l, ok := h.waiters[waiter{hint.LockID, hint.Owner}]; ok {
 		select {

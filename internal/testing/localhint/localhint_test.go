@@ -37,8 +37,18 @@ func TestHinter(t *testing.T) {
 	default:
 		t.Fatal("the replacing listener got nothing")
 	}
+	// A probe comes back to the waiter it names as an echo.
+	h.Send(addr, lock.Hint{LockID: "x", Owner: "a", Enqueued: 7, Kind: lock.HintProbe})
+	select {
+	case got := <-again:
+		if want := (lock.Hint{LockID: "x", Owner: "a", Enqueued: 7, Kind: lock.HintEcho}); got != want {
+			t.Fatalf("answer to a probe: %+v, want %+v", got, want)
+		}
+	default:
+		t.Fatal("no echo of the probe")
+	}
 	stopAgain()
-	if len(h.waiters) != 0 || h.Sent() != 6 {
-		t.Fatalf("waiters left after stop: %v; sent %d, want 6", h.waiters, h.Sent())
+	if len(h.waiters) != 0 || h.Sent() != 7 {
+		t.Fatalf("waiters left after stop: %v; sent %d, want 7", h.waiters, h.Sent())
 	}
 }

@@ -83,7 +83,7 @@ func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 	for {
 		aheadBefore := a.ahead
 		lease, wait, err := a.step(ctx, hinted)
-		if hinted.Kind != 0 && (lease != nil || aheadBefore > 0 && a.ahead >= 0 && a.ahead < aheadBefore) {
+		if hinted.Kind != 0 && (lease != nil || movedUp(aheadBefore, a.ahead)) {
 			a.budget.refund() // the hint did its job
 		}
 		hinted = Hint{}
@@ -110,6 +110,13 @@ func (a *acquisition) acquire(ctx context.Context) (*Lease, error) {
 			}
 		}
 	}
+}
+
+// movedUp reports whether a step moved us up the queue: from before waiters ahead of us to after
+// (-1: not known). Learning that we are the head when our place was not known (we joined the queue
+// without reading it, behind a hand-off of our own: takeBusy) counts, once: the next step knows.
+func movedUp(before, after int) bool {
+	return after >= 0 && (before > 0 && after < before || before < 0 && after == 0)
 }
 
 // The poll schedule (docs/design.md, "The poll schedule"): without hints every waiter
@@ -187,7 +194,9 @@ func (a *acquisition) capWait(d time.Duration) time.Duration {
 
 // wait sleeps for d, or until a hint for our queue entry arrives that the hint budget lets us act
 // on, or until the hint path watch finds that hints may not reach us (hintprobe.go). It returns
-// the hint, or a zero Hint when the poll came first. Echoes of our probes end no wait.
+// the hint, or a zero Hint when the poll came first. Echoes of our probes end no wait. A hint that
+// is ready together with the poll's or the probe's timer wins (pendingHint): select would pick at
+// random, and a poll that finds what the hint said counts the hint as missed.
 func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
 	l := a.l
 	t := l.opts.clock.NewTimer(d)
@@ -197,6 +206,12 @@ func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
 		// ready together with a pending hint and let select pick either (a simulated history
 		// would not replay).
 		if now := l.opts.clock.Now(); a.probeEventDue(now) {
+			if h, act, pending := a.pendingHint(); pending {
+				if act {
+					return h, nil
+				}
+				continue
+			}
 			if a.probeDue(now) {
 				return Hint{}, nil // deaf now: step as without hints
 			}
@@ -209,38 +224,70 @@ func (a *acquisition) wait(ctx context.Context, d time.Duration) (Hint, error) {
 			return Hint{}, ctx.Err()
 		case <-t.C():
 			stopProbe()
-			return Hint{}, nil
-		case <-probe:
-			if a.probeDue(l.opts.clock.Now()) {
-				return Hint{}, nil // deaf now: step as without hints
+			for {
+				h, act, pending := a.pendingHint()
+				if !pending || act {
+					return h, nil // a zero Hint: the poll
+				}
 			}
-			continue
+		case <-probe:
+			stopProbe()
+			continue // handled at the top of the loop, after any hint that is ready
 		case h := <-a.hints:
 			stopProbe()
-			if !a.queued || h.LockID != a.lockID || h.Owner != a.entry.Owner || h.Enqueued != a.entry.Enqueued {
-				continue // for an entry that is not waiting any more
-			}
-			l.hintArrived()
-			a.fallback = false
-			a.heard()
-			if h.Kind == HintEcho || h.Kind == HintProbe {
-				continue // hints reach us; nothing to look at
-			}
-			if h.Kind == HintFree && a.nextInLine() && !a.watchHinted.Same(a.head) {
-				// Told of a release as the waiter behind the head, to watch a head that may be
-				// dead (Lease.release). One such step per head comes apart from the budget, so
-				// that these hints, which rarely make progress, do not use up the tokens of the
-				// hints that do; forged ones cost one step per head at most.
-				a.watchHinted = a.head
+			if a.onHint(h) {
 				return h, nil
 			}
-			if !a.budget.take(l.opts.clock.Now()) {
-				l.opts.log.V(1).Info("hint ignored: over the hint budget", "lock", a.lockID, "kind", h.Kind.String())
-				continue // the poll comes anyway
-			}
-			return h, nil
 		}
 	}
+}
+
+// pendingHint takes a hint that is ready on our channel without waiting: pending is false when
+// none is; act reports whether the step should be taken for it (onHint).
+func (a *acquisition) pendingHint() (h Hint, act, pending bool) {
+	select {
+	case h := <-a.hints:
+		if a.onHint(h) {
+			return h, true, true
+		}
+		return Hint{}, false, true
+	default:
+		return Hint{}, false, false
+	}
+}
+
+// onHint takes in a hint that arrived while we wait, and reports whether a step should be taken
+// for it now: not for an entry that is not ours, not for an echo or a probe, not over the budget.
+func (a *acquisition) onHint(h Hint) bool {
+	l := a.l
+	if !a.queued || h.LockID != a.lockID || h.Owner != a.entry.Owner || h.Enqueued != a.entry.Enqueued {
+		return false // for an entry that is not waiting any more
+	}
+	l.hintArrived()
+	a.fallback = false
+	a.heard()
+	if h.Kind == HintEcho || h.Kind == HintProbe {
+		return false // hints reach us; nothing to look at
+	}
+	if h.Kind == HintAhead && a.ahead == 0 {
+		// Told that we are the head, which our last queue read showed: a new holder tells the
+		// head of its fresh queue read (dequeueTellHead), which mostly knows already. Nothing to
+		// look at, and no token of the budget spent on it.
+		return false
+	}
+	if h.Kind == HintFree && a.nextInLine() && !a.watchHinted.Same(a.head) {
+		// Told of a release as the waiter behind the head, to watch a head that may be
+		// dead (Lease.release). One such step per head comes apart from the budget, so
+		// that these hints, which rarely make progress, do not use up the tokens of the
+		// hints that do; forged ones cost one step per head at most.
+		a.watchHinted = a.head
+		return true
+	}
+	if !a.budget.take(l.opts.clock.Now()) {
+		l.opts.log.V(1).Info("hint ignored: over the hint budget", "lock", a.lockID, "kind", h.Kind.String())
+		return false // the poll comes anyway
+	}
+	return true
 }
 
 // step makes one attempt; hinted is the hint that triggered it (zero for a poll). It returns the
@@ -354,11 +401,11 @@ func (a *acquisition) step(ctx context.Context, hinted Hint) (*Lease, time.Durat
 		// moment; with hints its departure tells us.
 		return nil, a.restPoll(ahead == 1), nil
 	}
-	if hinted.Kind == HintAhead && record == nil {
-		// We just became the head: the waiter ahead of us was granted moments ago and tells us
-		// when it releases. Read the record at our next head poll, not now.
-		return nil, a.headPoll(), nil
-	}
+	// We may be the head now (a HintAhead, or a poll): read the record at once, not a head poll
+	// later. The waiter ahead of us was most likely granted moments ago, and a lease of observation
+	// of its grant starts only at our first read of it: read a head poll late, a crash of the new
+	// holder would fail over a head poll late too (TestCrashFailoverUntoldHead). One read per
+	// hand-off, none at rest.
 	var r *loaded
 	if record != nil {
 		got := <-record

@@ -25,6 +25,9 @@ type Lease struct {
 	// dequeued is closed once the acquisition's queue entry has been removed (or its removal
 	// failed): the record is given back only after that.
 	dequeued <-chan struct{}
+	// releasing is closed when the release begins: the queue entry's removal then leaves telling
+	// the new head to the release (dequeueTellHead).
+	releasing chan<- struct{}
 	// queue is what the acquisition last read of the queue: whether others were queued (our release
 	// then hands over to them, and this Locker's next acquisition must not start from the free
 	// record: casFirst), and who is next, to be told when the record is given back.
@@ -56,10 +59,10 @@ type queueView struct {
 	after      QueueEntry // the waiter behind next
 }
 
-func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}, queue queueView) *Lease {
+func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}, releasing chan<- struct{}, queue queueView) *Lease {
 	lease := &Lease{
 		l: l, lockID: lockID, token: rec.Token, rec: rec,
-		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued, queue: queue,
+		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued, releasing: releasing, queue: queue,
 		grantSent: sent,
 	}
 	l.opts.log.Info("lock acquired", "lock", lockID, "token", rec.Token, "owner", rec.Owner)

@@ -28,6 +28,7 @@ func (s *Lease) Release(ctx context.Context) error {
 // next waiter need not wait for expiry, and tells the next waiter (HintFree). It settles an
 // outstanding write first and gives up after one lease.
 func (s *Lease) release() {
+	close(s.releasing)
 	o := s.l.opts
 	ctx, cancel := context.WithTimeout(context.Background(), o.lease)
 	defer cancel()

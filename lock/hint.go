@@ -15,7 +15,8 @@ const (
 	// waiter that sent it (named by LockID, Owner and Enqueued, its own queue entry): a waiter
 	// behind the head probes the waiter ahead of it, whose hints it waits for, to learn whether
 	// hints from there reach it (docs/design.md, "When hints do not arrive"). A Hinter answers
-	// it itself, whether or not anyone listens for that lock there; it never reaches a listener.
+	// it itself while another waiter of that lock listens there (the prober's waiter ahead), and
+	// not otherwise; it never reaches a listener.
 	HintProbe
 	// HintEcho is a Hinter's answer to a HintProbe, delivered to the waiter that sent the probe.
 	HintEcho
@@ -74,7 +75,8 @@ func (h Hint) freeRecord() (Record, bool) {
 // docs/design.md, Hand-off hints).
 //
 // A Hinter also answers probes: a HintProbe sent to addr comes back as a HintEcho on the channel
-// of the waiter that sent it, unless one of the two is lost. Probes and echoes cost no store
+// of the waiter that sent it while another waiter of that lock listens at addr, unless one of the
+// two is lost. Probes and echoes cost no store
 // request and never trigger a step: they only tell a waiter whether it can count on hints (an
 // echo, or any hint for its entry, says yes; silence makes it poll as without hints). A Hinter
 // that does not answer probes (an older release's) makes the waiters behind its own poll, which

@@ -17,10 +17,20 @@ import "time"
 // head poll (1 s) in any case, which bounds a lost release hint, and a head that finds by a poll
 // what a hint should have said falls back to the schedule without hints (hintfallback.go).
 //
-// Not guaranteed: an echo shows that datagrams from the Hinter ahead reach us, not that its next
-// hint will; a single hint lost on a path that echoes may still cost a rest poll. Hints stopping
-// while a waiter waits are noticed within probeEvery + probeGrace, not at once. Anyone who can
-// send datagrams to our hint port can keep us hinted (their datagrams count as heard): that costs
+// A Hinter echoes a probe only while another waiter of the lock listens there (Hinter): once the
+// waiter ahead has been granted or has gone, its Hinter falls silent, and a waiter that moved up to
+// the head without being told goes deaf within probeGrace and steps as without hints, instead of
+// resting on its rest poll behind a waiter that is not there (the grant's queue read normally tells
+// it first: dequeueTellHead).
+//
+// Not guaranteed: an echo checks the return path to the probe's source address (our socket), not
+// the hint address advertised in our queue entry, to which hints are sent; the two are the same
+// for the sidecar, not necessarily for a process that advertises another address. It shows that
+// datagrams from the Hinter ahead reach us, not that its next hint will; a single hint lost on a
+// path that echoes may still cost a rest poll. An echo says that some other waiter of the lock
+// listens at the Hinter probed, not that it is still the one ahead of us. Hints stopping while a
+// waiter waits are noticed within probeEvery + probeGrace, not at once. Anyone who can send
+// datagrams to our hint port can keep us hinted (their datagrams count as heard): that costs
 // latency only, bounded by the rest poll, as without this watch.
 
 const (

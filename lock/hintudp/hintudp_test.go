@@ -166,16 +166,19 @@ func TestHandOffBetweenProcesses(t *testing.T) {
 	}
 }
 
-// TestProbeEcho: a probe to a Hinter comes back as an echo to the waiter that sent it, whether or
-// not anyone waits for that lock at the probed Hinter, and is no hint there (nothing delivered,
-// nothing malformed). A pod's Hinter (without AllowLoopback) answers no probe from a loopback
-// address, where its echo would reach a UDP service of its own host: counted, not answered.
+// TestProbeEcho: a probe to a Hinter comes back as an echo to the waiter that sent it while
+// another waiter of that lock listens at the probed Hinter (the prober waits behind it), and is no
+// hint there (nothing delivered, nothing malformed); once nobody else waits for the lock there, a
+// probe is left unanswered and counted, so that a prober whose waiter ahead left goes deaf and
+// polls. A pod's Hinter (without AllowLoopback) answers no probe from a loopback address, where its
+// echo would reach a UDP service of its own host: counted, not answered.
 func TestProbeEcho(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a, b := newHinter(t, ctx), newHinter(t, ctx)
 	_, echoes, stop := a.Listen("orders", "a#1")
 	defer stop()
+	_, _, stopAhead := b.Listen("orders", "b#1")
 	a.Send(b.Addr(), lock.Hint{LockID: "orders", Owner: "a#1", Enqueued: 42, Kind: lock.HintProbe})
 	want := lock.Hint{LockID: "orders", Owner: "a#1", Enqueued: 42, Kind: lock.HintEcho}
 	select {
@@ -193,11 +196,25 @@ func TestProbeEcho(t *testing.T) {
 		t.Errorf("prober's stats %+v, want the echo delivered", s)
 	}
 
+	stopAhead() // b's waiter was granted, or gave up
+	a.Send(b.Addr(), lock.Hint{LockID: "orders", Owner: "a#1", Enqueued: 42, Kind: lock.HintProbe})
+	testenv.WaitFor(t, "second probe counted", time.Minute, func() bool { return b.Stats().Probes == 2 })
+	if s := b.Stats(); s.Echoed != 1 || s.NotWaiting != 1 || s.Sent != 1 {
+		t.Errorf("probed Hinter's stats %+v after its waiter left: want the second probe unanswered (NotWaiting)", s)
+	}
+	select {
+	case got := <-echoes:
+		t.Errorf("received %+v after the waiter ahead left: want no echo", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+
 	port := testenv.FreePort(t)
 	pod, err := hintudp.New(ctx, hintudp.Config{Bind: fmt.Sprintf("127.0.0.1:%d", port), Advertise: "198.18.0.7:9465"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, _, stopPod := pod.Listen("orders", "pod#1")
+	defer stopPod()
 	conn, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +224,7 @@ func TestProbeEcho(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "probe from loopback counted", time.Minute, func() bool { return pod.Stats().Probes == 1 })
-	if s := pod.Stats(); s.Echoed != 0 || s.Sent != 0 || s.SendFailed != 0 {
+	if s := pod.Stats(); s.Echoed != 0 || s.Refused != 1 || s.Sent != 0 || s.SendFailed != 0 {
 		t.Errorf("stats %+v after a probe from loopback: want it unanswered", s)
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))

@@ -189,6 +189,8 @@ func TestProbeEcho(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no echo within a minute")
 	}
+	// The echo may arrive before its sender has counted it as sent.
+	testenv.WaitFor(t, "echo counted as sent", time.Minute, func() bool { return b.Stats().Sent == 1 })
 	if s := b.Stats(); s.Probes != 1 || s.Echoed != 1 || s.Sent != 1 || s.Delivered != 0 || s.NobodyWaiting != 0 || s.Malformed != 0 {
 		t.Errorf("probed Hinter's stats %+v, want 1 probe answered with 1 datagram sent, nothing delivered", s)
 	}

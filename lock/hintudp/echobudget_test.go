@@ -49,7 +49,7 @@ func (p *prober) probe(h *hintudp.Hinter, n int) (echoes int) {
 		}
 		sent += batch
 		testenv.WaitFor(p.t, "probes counted", time.Minute, func() bool { return h.Stats().Probes == base+batch })
-		echoes += p.drain(50 * time.Millisecond)
+		echoes += p.drain(10 * time.Millisecond) // the rest is read after the next batch
 	}
 	return echoes + p.drain(200*time.Millisecond)
 }

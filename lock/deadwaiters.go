@@ -29,11 +29,15 @@ import (
 // observation of a held record then: by the time the dead entries are gone it may be granted at
 // once.
 
-// staleEntryAfter is how long an entry ahead may keep one Written stamp before its waiter counts
-// as dead. A live waiter rewrites its entry once its last write is a third of the TTL old, at its
-// next step, which comes within 1.1 waiter polls (jitter); the second waiter poll covers the
-// requests. With the default options it is 5.3 s, against a TTL of 10 s.
-func (o options) staleEntryAfter() time.Duration { return o.queueEntryTTL/3 + 2*o.waiterPoll }
+// staleEntryAfter is how long entry e ahead may keep one Written stamp before its waiter counts
+// as dead. A live waiter rewrites its entry once its last write is a third of the TTL old (entryTTL:
+// its mode's), at its next step, which comes within 1.1 waiter polls (jitter) without hints and
+// when the rewrite is due with them (acquisition.capWait); the second waiter poll covers the
+// requests. With the default options it is 5.3 s against a TTL of 10 s, and 12 s against 30 s for
+// an entry with a hint address.
+func (o options) staleEntryAfter(e QueueEntry) time.Duration {
+	return o.entryTTL(e)/3 + 2*o.waiterPoll
+}
 
 // sighting is when an entry was first seen with its current Written stamp.
 type sighting struct {
@@ -72,7 +76,7 @@ func (a *acquisition) dropDead(ctx context.Context, sent, received time.Time, qu
 			s = sighting{written: e.Written, since: received}
 		}
 		seen[key] = s
-		if unchanged := sent.Sub(s.since); unchanged < l.opts.staleEntryAfter() {
+		if unchanged := sent.Sub(s.since); unchanged < l.opts.staleEntryAfter(e) {
 			live = append(live, e)
 			quiet, ahead = quiet && unchanged >= l.opts.deadHeadAfter(), ahead+1
 			continue

@@ -83,8 +83,9 @@ func (a *acquisition) granted(ctx context.Context, next Record, sent time.Time) 
 	// find the queue without us and the lock free), in the background, off the critical path. The
 	// lease waits for the removal before it gives the record back, so that the next waiter does
 	// not find us still ahead of it then.
-	dequeued := a.leaveQueueInBackground(ctx, true)
-	lease := startLease(l, a.lockID, next, sent, dequeued, queueView{read: a.queueReadAt, othersSeen: a.othersSeen, next: a.next})
+	releasing := make(chan struct{})
+	dequeued := a.leaveQueueInBackground(ctx, true, releasing)
+	lease := startLease(l, a.lockID, next, sent, dequeued, releasing, queueView{read: a.queueReadAt, othersSeen: a.othersSeen, next: a.next, after: a.after})
 	if err := ctx.Err(); err != nil {
 		// Granted, but our caller is gone: give the record back at once rather than leave a grant
 		// that nobody renews or releases to block the lock for a lease.

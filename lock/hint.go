@@ -11,15 +11,28 @@ const (
 	// HintFree tells the head of the queue that the owner record was given back: it may be granted
 	// now.
 	HintFree
+	// HintProbe asks the Hinter it is sent to for a HintEcho of the same fields, back to the
+	// waiter that sent it (named by LockID, Owner and Enqueued, its own queue entry): a waiter
+	// behind the head probes the waiter ahead of it, whose hints it waits for, to learn whether
+	// hints from there reach it (docs/design.md, "When hints do not arrive"). A Hinter answers
+	// it itself while another waiter of that lock listens there (the prober's waiter ahead), and
+	// not otherwise; it never reaches a listener.
+	HintProbe
+	// HintEcho is a Hinter's answer to a HintProbe, delivered to the waiter that sent the probe.
+	HintEcho
 )
 
-// String returns the kind's name as it travels on the wire: "ahead" or "free".
+// String returns the kind's name as it travels on the wire: "ahead", "free", "probe" or "echo".
 func (k HintKind) String() string {
 	switch k {
 	case HintAhead:
 		return "ahead"
 	case HintFree:
 		return "free"
+	case HintProbe:
+		return "probe"
+	case HintEcho:
+		return "echo"
 	default:
 		return "unknown"
 	}
@@ -60,12 +73,21 @@ func (h Hint) freeRecord() (Record, bool) {
 // (the poll comes anyway); forged ones cannot add load beyond a small budget, because the Locker
 // acts on at most two hints that brought no progress, plus one per four waiter polls (see
 // docs/design.md, Hand-off hints).
+//
+// A Hinter also answers probes: a HintProbe sent to addr comes back as a HintEcho on the channel
+// of the waiter that sent it while another waiter of that lock listens at addr, unless one of the
+// two is lost. Probes and echoes cost no store
+// request and never trigger a step: they only tell a waiter whether it can count on hints (an
+// echo, or any hint for its entry, says yes; silence makes it poll as without hints). A Hinter
+// that does not answer probes (an older release's) makes the waiters behind its own poll, which
+// is safe.
 type Hinter interface {
 	// Listen registers a waiter on lockID with owner string owner until stop is called. Hints for
-	// it arrive on the channel; addr is where other Lockers reach it, written into its queue entry
-	// ("" when it cannot be reached).
+	// it, and echoes of its probes, arrive on the channel; addr is where other Lockers reach it,
+	// written into its queue entry ("" when it cannot be reached).
 	Listen(lockID, owner string) (addr string, hints <-chan Hint, stop func())
-	// Send sends h to the waiter listening at addr without blocking. It may be lost.
+	// Send sends h to the waiter listening at addr without blocking, or a HintProbe to the Hinter
+	// at addr. It may be lost.
 	Send(addr string, h Hint)
 }
 
@@ -115,6 +137,18 @@ func nextWaiter(queue []QueueEntry, owner Owner) (QueueEntry, bool) {
 	self := owner.String()
 	for _, e := range queue {
 		if e.Owner != self {
+			return e, true
+		}
+	}
+	return QueueEntry{}, false
+}
+
+// secondWaiter returns the entry of another owner after first in queue: the waiter next in line
+// behind the head, which watches it (deadhead.go).
+func secondWaiter(queue []QueueEntry, owner Owner, first QueueEntry) (QueueEntry, bool) {
+	self := owner.String()
+	for _, e := range queue {
+		if e.Owner != self && !e.Same(first) && first.Less(e) {
 			return e, true
 		}
 	}

@@ -144,11 +144,14 @@ func TestHintsAreTargeted(t *testing.T) {
 		sent := hinter.take()
 		var got []string
 		for _, h := range sent {
-			got = append(got, fmt.Sprintf("%s→%s", h.Kind, h.Owner))
+			if h.Kind != lock.HintProbe { // probes check the hint path (hintprobe.go): no hand-off hint
+				got = append(got, fmt.Sprintf("%s→%s", h.Kind, h.Owner))
+			}
 		}
 		// Owner strings are "identity#incarnation" (see lock.Owner). c1 queued when the queue was
 		// empty and, as the head, did not read it again before it was granted: it does not know
-		// of c2 and leaves the queue without a hint; the release reads the queue and finds it.
+		// of c2. It would read the queue once after leaving it and tell c2, but each holder here
+		// releases at once, before its entry is gone: the release reads the queue and tells c2.
 		want := []string{
 			"free→c1#1", "free→c2#1", "ahead→c3#1", "free→c3#1", "ahead→c4#1", "free→c4#1",
 		}

@@ -25,10 +25,15 @@ type Lease struct {
 	// dequeued is closed once the acquisition's queue entry has been removed (or its removal
 	// failed): the record is given back only after that.
 	dequeued <-chan struct{}
+	// releasing is closed when the release begins: the queue entry's removal then leaves telling
+	// the new head to the release (dequeueTellHead).
+	releasing chan<- struct{}
 	// queue is what the acquisition last read of the queue: whether others were queued (our release
 	// then hands over to them, and this Locker's next acquisition must not start from the free
 	// record: casFirst), and who is next, to be told when the record is given back.
 	queue queueView
+	// grantSent is when the granting write was sent (Locker clock).
+	grantSent time.Time
 
 	mu         sync.Mutex
 	rec        Record    // the last record this lease knows it wrote
@@ -51,12 +56,14 @@ type queueView struct {
 	read       time.Time // Locker clock; when it was read
 	othersSeen bool      // it held entries of other owners
 	next       QueueEntry
+	after      QueueEntry // the waiter behind next
 }
 
-func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}, queue queueView) *Lease {
+func startLease(l *Locker, lockID string, rec Record, sent time.Time, dequeued <-chan struct{}, releasing chan<- struct{}, queue queueView) *Lease {
 	lease := &Lease{
 		l: l, lockID: lockID, token: rec.Token, rec: rec,
-		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued, queue: queue,
+		done: make(chan struct{}), exited: make(chan struct{}), dequeued: dequeued, releasing: releasing, queue: queue,
+		grantSent: sent,
 	}
 	l.opts.log.Info("lock acquired", "lock", lockID, "token", rec.Token, "owner", rec.Owner)
 	lease.mu.Lock()

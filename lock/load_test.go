@@ -13,28 +13,34 @@ import (
 	"github.com/baton-dev/baton/lock/memstore"
 )
 
-// TestStoreLoadBudget counts store requests per client with the default options, in virtual time:
-// The targets (docs/design.md) allow at most 1 request/s per held lock, 10/s for the queue head and
-// 2/s for every other waiter. They hold with polling alone, with hand-off hints, and under a flood
-// of forged hints (a thousand a second to every waiter, each naming a live queue entry), which
-// the hint budget keeps from adding load. Counting requests is exact here; latency numbers live in
-// docs/benchmarks.md.
+// TestStoreLoadBudget counts store requests per client with the default options, in virtual time.
+// Polling alone, the targets (docs/design.md, Targets) allow at most 1 request/s per held lock, 10/s
+// for the queue head and 2/s for every other waiter. With hand-off hints the hints wake the waiters
+// and polls are a safety net (docs/design.md, the poll schedule): the holder renews every lease/3
+// (0.2/s), the head reads the owner record every second and the queue and its entry every 10 s
+// (1.2/s), every other waiter reads the queue and rewrites its entry every 10 s (0.2/s); the test
+// allows a quarter of a request more each at most (0.05 for the holder). Under a flood of forged
+// hints (a thousand a second to every waiter, each naming a live queue entry) the hint budget
+// keeps the load under 2/s for the head and 1/s for the others. These are the lock's own requests;
+// a process also sends its driver's (docs/design.md, the poll schedule). Counting requests is
+// exact here; latency numbers live in docs/benchmarks.md.
 func TestStoreLoadBudget(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		hints, forged bool
+		limits        []float64 // holder, head, waiters 2 to 4
 	}{
-		{name: "polls"},
-		{name: "hints", hints: true},
-		{name: "forged-hints", hints: true, forged: true},
+		{name: "polls", limits: []float64{1, 10, 2, 2, 2}},
+		{name: "hints", hints: true, limits: []float64{0.25, 1.45, 0.45, 0.45, 0.45}},
+		{name: "forged-hints", hints: true, forged: true, limits: []float64{0.25, 2, 1, 1, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { storeLoad(t, tc.hints, tc.forged) })
+			synctest.Test(t, func(t *testing.T) { storeLoad(t, tc.hints, tc.forged, tc.limits) })
 		})
 	}
 }
 
-func storeLoad(t *testing.T, hints, forged bool) {
+func storeLoad(t *testing.T, hints, forged bool, limits []float64) {
 	mem := memstore.New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -77,7 +83,6 @@ func storeLoad(t *testing.T, hints, forged bool) {
 	const window = 60 * time.Second
 	time.Sleep(window)
 	roles := []string{"holder", "queue head", "waiter 2", "waiter 3", "waiter 4"}
-	limits := []float64{1, 10, 2, 2, 2}
 	for i, c := range clients {
 		rate := float64(c.Requests()-before[i]) / window.Seconds()
 		t.Logf("%-10s %5.2f requests/s (budget %v)", roles[i], rate, limits[i])

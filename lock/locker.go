@@ -30,6 +30,7 @@ type Locker struct {
 	boundsPrunedAt time.Time
 	wholeReads     uint64
 	lastEnqueue    int64
+	hintMissedAt   time.Time // Locker clock; when a step last found that a hint was lost (hintfallback.go)
 }
 
 // New returns a Locker for owner on store. It validates the options before anything starts.

@@ -182,7 +182,7 @@ func (l *Locker) observeStaleLocked(lockID string, rec Record, receivedAt time.T
 // its grant lands, and writes it again under its old name when the grant does not apply.
 func (a *acquisition) grantDequeuedFirst(ctx context.Context, prev Record, exists bool) (*Lease, error) {
 	if a.queued {
-		<-a.leaveQueueInBackground(ctx, false)
+		<-a.leaveQueueInBackground(ctx, false, nil)
 	}
 	next, sent, applied, _, _, err := a.writeGrant(ctx, prev, exists)
 	if !a.queued && a.entry.Enqueued != 0 && (err != nil || !applied) {

@@ -16,9 +16,16 @@ const (
 	DefaultPollInterval       = 125 * time.Millisecond
 	DefaultWaiterPollInterval = time.Second
 	DefaultQueueEntryTTL      = 10 * time.Second
-	MinLease                  = time.Second
-	MaxLease                  = time.Hour
-	maxRequestTimeout         = 2 * time.Second
+	// DefaultHintedQueueEntryTTL is the queue entry TTL of a Locker with a Hinter (WithHinter):
+	// its waiters behind the head rewrite their entries, and read the queue, every third of it.
+	DefaultHintedQueueEntryTTL = 30 * time.Second
+	// MaxHintedHeadPoll bounds how long the head of the queue of a Locker with a Hinter goes
+	// without reading the owner record: a lost release hint costs at most this long (see
+	// WithPollInterval).
+	MaxHintedHeadPoll = time.Second
+	MinLease          = time.Second
+	MaxLease          = time.Hour
+	maxRequestTimeout = 2 * time.Second
 )
 
 // Option configures a Locker. Options are checked together by New.
@@ -32,6 +39,7 @@ type options struct {
 	pollInterval   time.Duration
 	waiterPoll     time.Duration
 	queueEntryTTL  time.Duration
+	ttlSet         bool // queueEntryTTL was set explicitly (WithQueueEntryTTL)
 	log            logr.Logger
 	clock          clock.WithDelayedExecution
 	wallClock      func() time.Time
@@ -77,14 +85,20 @@ func WithRequestTimeout(d time.Duration) Option {
 }
 
 // WithPollInterval sets how often the head of the queue re-reads the owner record while the lock is
-// held by someone else. Lower means faster handoff and more store load: the head makes about
-// 1/interval reads per second (8 at the default 125ms). Default 125ms.
+// held by someone else and nothing tells it of a release. Lower means faster handoff and more store
+// load: without a Hinter the head makes about 1/interval reads per second (8 at the default
+// 125ms). With a Hinter (WithHinter) a release hint is what wakes the head, and its reads are a
+// safety net for lost hints and the sightings that expire a crashed holder's lease: it reads every
+// max(interval, min(MaxHintedHeadPoll, lease/15)), 1s at the default lease. Default 125ms.
 func WithPollInterval(d time.Duration) Option {
 	return func(o *options) { o.pollInterval = d; o.positive("WithPollInterval", d) }
 }
 
-// WithWaiterPollInterval sets how often a waiter behind the head re-reads the queue. Default 1s;
-// at least the poll interval and at most a third of the queue entry TTL.
+// WithWaiterPollInterval sets how often a waiter behind the head re-reads the queue without a
+// Hinter. With a Hinter the waiter learns from a hint that it moved up to the head, and reads the
+// queue every third of the queue entry TTL as it rewrites its entry (10s by default), or every
+// waiter poll if that is longer. Default 1s; at least the poll interval and at most a third of the
+// queue entry TTL.
 func WithWaiterPollInterval(d time.Duration) Option {
 	return func(o *options) { o.waiterPoll = d; o.positive("WithWaiterPollInterval", d) }
 }
@@ -92,9 +106,10 @@ func WithWaiterPollInterval(d time.Duration) Option {
 // WithQueueEntryTTL sets how long the queue entry of a waiter that stopped refreshing it (because it
 // died) lives on. Waiters rewrite their entry every TTL/3, and the waiters behind an entry remove it
 // once it has gone unrewritten for TTL/3 plus two waiter polls (docs/design.md, "Dead waiters").
-// Default 10s; at least 2s, in whole seconds.
+// Default 10s, or 30s with a Hinter (DefaultHintedQueueEntryTTL); at least 2s, in whole seconds.
+// Lockers of one lock are assumed to share it.
 func WithQueueEntryTTL(d time.Duration) Option {
-	return func(o *options) { o.queueEntryTTL = d; o.positive("WithQueueEntryTTL", d) }
+	return func(o *options) { o.queueEntryTTL, o.ttlSet = d, true; o.positive("WithQueueEntryTTL", d) }
 }
 
 // WithLogger sets the logger. Default: discard.
@@ -182,7 +197,7 @@ func buildOptions(opts []Option) (options, error) {
 		o.waiterPoll = max(DefaultWaiterPollInterval, o.pollInterval)
 	}
 	if o.queueEntryTTL == 0 {
-		o.queueEntryTTL = max(DefaultQueueEntryTTL, (3 * o.waiterPoll).Round(time.Second))
+		o.queueEntryTTL = o.defaultQueueEntryTTL(o.hinter != nil)
 	}
 	if o.clock == nil {
 		o.clock = defaultClock()
@@ -197,6 +212,40 @@ func buildOptions(opts []Option) (options, error) {
 		o.observer = func(Event) {}
 	}
 	return o, o.validate()
+}
+
+// defaultQueueEntryTTL is the queue entry TTL a Locker uses when WithQueueEntryTTL is not set:
+// longer with hints, whose waiters behind the head rewrite their entries only every third of it.
+func (o options) defaultQueueEntryTTL(hinted bool) time.Duration {
+	ttl := DefaultQueueEntryTTL
+	if hinted {
+		ttl = DefaultHintedQueueEntryTTL
+	}
+	return max(ttl, (3 * o.waiterPoll).Round(time.Second))
+}
+
+// entryTTL is the TTL that the waiter of queue entry e writes it with, as far as this Locker can
+// tell: its own when set explicitly (Lockers of one lock share it), otherwise the default of e's
+// mode (an entry with a hint address belongs to a Locker with a Hinter).
+func (o options) entryTTL(e QueueEntry) time.Duration {
+	if o.ttlSet {
+		return o.queueEntryTTL
+	}
+	return o.defaultQueueEntryTTL(e.Hint != "")
+}
+
+// hintedHeadPoll is how long the head of the queue of a Locker with a Hinter waits between reads of
+// the owner record: at most MaxHintedHeadPoll (the bound on what a lost release hint costs) and at
+// most lease/15, so that the head sees each renewal of a holder soon enough for a crashed holder's
+// lease to expire within about 1.05 leases of its last renewal (docs/design.md, "The poll schedule").
+func (o options) hintedHeadPoll() time.Duration {
+	return max(o.pollInterval, min(MaxHintedHeadPoll, o.lease/15))
+}
+
+// hintedRestPoll is how long a waiter behind the head that listens for hints waits between steps
+// when no hint comes: a third of its entry's TTL, when it rewrites its entry anyway.
+func (o options) hintedRestPoll(own QueueEntry) time.Duration {
+	return max(o.waiterPoll, o.entryTTL(own)/3)
 }
 
 func (o options) validate() error {

@@ -28,6 +28,7 @@ func (s *Lease) Release(ctx context.Context) error {
 // next waiter need not wait for expiry, and tells the next waiter (HintFree). It settles an
 // outstanding write first and gives up after one lease.
 func (s *Lease) release() {
+	close(s.releasing)
 	o := s.l.opts
 	ctx, cancel := context.WithTimeout(context.Background(), o.lease)
 	defer cancel()
@@ -67,16 +68,25 @@ func (s *Lease) release() {
 	if !freed {
 		return // someone else's record now
 	}
-	next, others := s.queue.next, s.queue.othersSeen
+	next, after, others := s.queue.next, s.queue.after, s.queue.othersSeen
 	if fresh != nil {
 		if r := <-fresh; r.err == nil {
 			next, others = nextWaiter(r.queue, s.l.owner)
+			after, _ = secondWaiter(r.queue, s.l.owner, next)
 		} else if !others {
 			return // whether anyone waits is unknown: no hint, and no CAS-first next time
 		}
 	}
 	if others {
 		s.l.hintFree(s.lockID, next, free)
+		if o.clock.Since(s.grantSent) >= o.deadHeadAfter() {
+			// The waiter behind the head watches it once it has been the head that long
+			// (docs/design.md, A dead head): told of the free record too, it looks again once a
+			// live head would have taken it, and skips a dead head then rather than at its next
+			// rest poll. Not after shorter holds: a hand-off chain would send one such hint per
+			// hand-off, for nothing.
+			s.l.hintFree(s.lockID, after, free)
+		}
 		s.l.rememberBusy(s.lockID)
 		return
 	}

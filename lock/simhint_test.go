@@ -43,7 +43,7 @@ func newSimHinter(f hintFaults, seed uint64, faults *faultLog) *simHinter {
 }
 
 func (h *simHinter) Listen(lockID, owner string) (string, <-chan lock.Hint, func()) {
-	addr, ch := lockID+"|"+owner, make(chan lock.Hint, 1)
+	addr, ch := lockID+"|"+owner, make(chan lock.Hint, 2)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.waiters[addr] = ch
@@ -79,12 +79,19 @@ func (h *simHinter) Send(addr string, hint lock.Hint) {
 }
 
 func (h *simHinter) deliver(addr string, hint lock.Hint) {
+	if hint.Kind == lock.HintProbe {
+		// Every client's Hinter answers probes, whether or not anyone listens at addr: the echo
+		// goes back to the prober's address, through the same lossy network.
+		hint.Kind = lock.HintEcho
+		h.Send(hint.LockID+"|"+hint.Owner, hint)
+		return
+	}
 	h.mu.Lock()
 	ch := h.waiters[addr]
 	h.mu.Unlock()
 	select {
 	case ch <- hint:
-	default: // no listener (nil channel) or one hint pending already
+	default: // no listener (nil channel) or two hints pending already
 	}
 }
 

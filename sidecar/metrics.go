@@ -225,20 +225,26 @@ type hintCollector struct {
 	stats        func() hintudp.Stats
 	sent, failed *prometheus.Desc
 	received     *prometheus.Desc
+	unanswered   *prometheus.Desc
 }
 
 // watchHints exports the counts of the sidecar's hint socket: baton_hints_sent_total,
-// baton_hint_send_failures_total and baton_hints_received_total by result (delivered to a waiting
-// lock, malformed, or for no waiter here).
+// baton_hint_send_failures_total, baton_hints_received_total by result (delivered to a waiting
+// lock, malformed, for no waiter here, or a probe of the hint path, answered with an echo counted
+// as sent) and baton_hint_probes_unanswered_total by reason (nobody waiting for the lock here, a
+// refused source, over the echo budget).
 func (m *metricSet) watchHints(stats func() hintudp.Stats) {
 	if m == nil {
 		return
 	}
 	m.Registry.MustRegister(&hintCollector{
 		stats:    stats,
-		sent:     prometheus.NewDesc("baton_hints_sent_total", "Hand-off hints sent to other sidecars.", nil, nil),
+		sent:     prometheus.NewDesc("baton_hints_sent_total", "Hand-off hints, probes and echoes sent to other sidecars.", nil, nil),
 		failed:   prometheus.NewDesc("baton_hint_send_failures_total", "Hand-off hints that could not be sent (no usable address, or the send failed).", nil, nil),
-		received: prometheus.NewDesc("baton_hints_received_total", "Datagrams received on the hint port, by result: delivered (to a waiting lock), nobody_waiting, malformed.", []string{"result"}, nil),
+		received: prometheus.NewDesc("baton_hints_received_total", "Datagrams received on the hint port, by result: delivered (a hint or echo, to a waiting lock), nobody_waiting, malformed, probe (another sidecar checking that its hints reach it).", []string{"result"}, nil),
+		unanswered: prometheus.NewDesc("baton_hint_probes_unanswered_total",
+			"Probes received on the hint port and not echoed, by reason: not_waiting (no other waiter of the lock here), refused (a source a hint could not go to, or not on the hint port), limited (over the echo budget: the prober polls).",
+			[]string{"reason"}, nil),
 	})
 }
 
@@ -246,13 +252,17 @@ func (c *hintCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.sent
 	ch <- c.failed
 	ch <- c.received
+	ch <- c.unanswered
 }
 
 func (c *hintCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
 	ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(s.Sent))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(s.SendFailed))
-	for result, n := range map[string]int{"delivered": s.Delivered, "nobody_waiting": s.NobodyWaiting, "malformed": s.Malformed} {
+	for result, n := range map[string]int{"delivered": s.Delivered, "nobody_waiting": s.NobodyWaiting, "malformed": s.Malformed, "probe": s.Probes} {
 		ch <- prometheus.MustNewConstMetric(c.received, prometheus.CounterValue, float64(n), result)
+	}
+	for reason, n := range map[string]int{"not_waiting": s.NotWaiting, "refused": s.Refused, "limited": s.Limited} {
+		ch <- prometheus.MustNewConstMetric(c.unanswered, prometheus.CounterValue, float64(n), reason)
 	}
 }

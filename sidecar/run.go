@@ -208,8 +208,9 @@ func lockOptions(ctx context.Context, opts Options, metrics *metricSet, log logr
 		addr, _ := opts.HintAddr() // validated by Run
 		hintCtx, stopHints := context.WithCancel(context.WithoutCancel(ctx))
 		closers = append(closers, stopHints)
+		// Every sidecar listens and sends on the same hint port: echo only to probes from it.
 		hinter, err := hintudp.New(hintCtx, hintudp.Config{Bind: addr.String(), AllowLoopback: opts.HintAllowLoopback,
-			Log: log.WithName("hints")})
+			EchoPort: uint16(opts.HintPort), Log: log.WithName("hints")})
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("sidecar: listening for hand-off hints (%s): %w", sidecarcontract.HintPort.Env(), err)

@@ -102,6 +102,13 @@ func (c Connection) ClusterConfig() (*gocql.ClusterConfig, error) {
 	// connection (a hung first contact point). Meanwhile a session has one node fewer to turn to
 	// if another one hangs.
 	cc.ReconnectInterval = ReconnectInterval
+	// One connection per node: a lock's requests are few and small, and every connection costs
+	// the node requests of its own while idle. The driver (v2.1.2) sends a heartbeat (OPTIONS) on
+	// every connection every 5 s, which it does not let us change, and Cassandra counts each as a
+	// request: with its default of two connections per node plus the control connection (two
+	// heartbeats of its own), an idle session on one node costs 0.8 requests per second, with one
+	// 0.6 (docs/design.md, the poll schedule, driver traffic).
+	cc.NumConns = 1
 	// Token-aware: a replica of the lock's partition coordinates (the first in token order, so one
 	// lock's transactions meet on one coordinator), with slow coordinators tried last.
 	// With a data-centre local consistency no other data centre ever coordinates: see

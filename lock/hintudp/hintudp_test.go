@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -162,5 +163,75 @@ func TestHandOffBetweenProcesses(t *testing.T) {
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatal("cancelled early")
+	}
+}
+
+// TestProbeEcho: a probe to a Hinter comes back as an echo to the waiter that sent it while
+// another waiter of that lock listens at the probed Hinter (the prober waits behind it), and is no
+// hint there (nothing delivered, nothing malformed); once nobody else waits for the lock there, a
+// probe is left unanswered and counted, so that a prober whose waiter ahead left goes deaf and
+// polls. A pod's Hinter (without AllowLoopback) answers no probe from a loopback address, where its
+// echo would reach a UDP service of its own host: counted, not answered.
+func TestProbeEcho(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := newHinter(t, ctx), newHinter(t, ctx)
+	_, echoes, stop := a.Listen("orders", "a#1")
+	defer stop()
+	_, _, stopAhead := b.Listen("orders", "b#1")
+	a.Send(b.Addr(), lock.Hint{LockID: "orders", Owner: "a#1", Enqueued: 42, Kind: lock.HintProbe})
+	want := lock.Hint{LockID: "orders", Owner: "a#1", Enqueued: 42, Kind: lock.HintEcho}
+	select {
+	case got := <-echoes:
+		if got != want {
+			t.Fatalf("received %+v, want the echo %+v", got, want)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no echo within a minute")
+	}
+	// The echo may arrive before its sender has counted it as sent.
+	testenv.WaitFor(t, "echo counted as sent", time.Minute, func() bool { return b.Stats().Sent == 1 })
+	if s := b.Stats(); s.Probes != 1 || s.Echoed != 1 || s.Sent != 1 || s.Delivered != 0 || s.NobodyWaiting != 0 || s.Malformed != 0 {
+		t.Errorf("probed Hinter's stats %+v, want 1 probe answered with 1 datagram sent, nothing delivered", s)
+	}
+	if s := a.Stats(); s.Delivered != 1 {
+		t.Errorf("prober's stats %+v, want the echo delivered", s)
+	}
+
+	stopAhead() // b's waiter was granted, or gave up
+	a.Send(b.Addr(), lock.Hint{LockID: "orders", Owner: "a#1", Enqueued: 42, Kind: lock.HintProbe})
+	testenv.WaitFor(t, "second probe counted", time.Minute, func() bool { return b.Stats().Probes == 2 })
+	if s := b.Stats(); s.Echoed != 1 || s.NotWaiting != 1 || s.Sent != 1 {
+		t.Errorf("probed Hinter's stats %+v after its waiter left: want the second probe unanswered (NotWaiting)", s)
+	}
+	select {
+	case got := <-echoes:
+		t.Errorf("received %+v after the waiter ahead left: want no echo", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	port := testenv.FreePort(t)
+	pod, err := hintudp.New(ctx, hintudp.Config{Bind: fmt.Sprintf("127.0.0.1:%d", port), Advertise: "198.18.0.7:9465"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, stopPod := pod.Listen("orders", "pod#1")
+	defer stopPod()
+	conn, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(hintudp.AppendHint(nil, lock.Hint{LockID: "orders", Owner: "evil#1", Enqueued: 1, Kind: lock.HintProbe})); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "probe from loopback counted", time.Minute, func() bool { return pod.Stats().Probes == 1 })
+	if s := pod.Stats(); s.Echoed != 0 || s.Refused != 1 || s.Sent != 0 || s.SendFailed != 0 {
+		t.Errorf("stats %+v after a probe from loopback: want it unanswered", s)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	buf := make([]byte, hintudp.MaxDatagram+1)
+	if n, err := conn.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the loopback sender received %q (%v): an echo reached loopback", buf[:n], err)
 	}
 }

@@ -12,8 +12,9 @@ import (
 // magic starts every hint datagram; the digit is the format's version.
 const magic = "baton-hint/1"
 
-// MaxDatagram is the largest hint datagram: the magic, the kind, three integers, a lock ID and an
-// owner string of the longest lengths the lock accepts, separated by spaces.
+// MaxDatagram is the largest hint datagram: the magic, the kind (no name is longer than "ahead"),
+// three integers, a lock ID and an owner string of the longest lengths the lock accepts, separated
+// by spaces.
 const MaxDatagram = len(magic) + 1 + len("ahead") + 3*(1+20) + 1 + lock.MaxIDLength + 1 + lock.MaxIDLength + 1 + 64
 
 // ErrMalformed is returned (wrapped) by ParseHint for a datagram that is not a hint.
@@ -23,8 +24,10 @@ var ErrMalformed = errors.New("hintudp: malformed hint")
 //
 //	baton-hint/1 <kind> <enqueued> <token> <version> <lock ID> <owner>
 //
-// with the integers in decimal. Lock IDs and owner strings never contain spaces
-// (lock.ValidateLockID, lock.Owner.Validate).
+// with the integers in decimal; kind is ahead, free, probe or echo. Lock IDs and owner strings
+// never contain spaces (lock.ValidateLockID, lock.Owner.Validate). A probe and its echo name the
+// prober's queue entry and carry no token or version (0). Releases before probes existed read a
+// probe as malformed and drop it, and send no echo: their receivers' probers then poll.
 func AppendHint(b []byte, h lock.Hint) []byte {
 	b = append(b, magic...)
 	b = append(b, ' ')
@@ -40,8 +43,9 @@ func AppendHint(b []byte, h lock.Hint) []byte {
 }
 
 // ParseHint reads a datagram written by AppendHint. It accepts nothing else: another version, an
-// unknown kind, a non-positive enqueue time, a negative token or version, an integer not in its
-// shortest decimal form, an invalid lock ID or owner string, or any byte more.
+// unknown kind, a non-positive enqueue time, a negative token or version, a probe or echo with a
+// token or version, an integer not in its shortest decimal form, an invalid lock ID or owner
+// string, or any byte more.
 func ParseHint(b []byte) (lock.Hint, error) {
 	if len(b) > MaxDatagram {
 		return lock.Hint{}, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(b), MaxDatagram)
@@ -56,6 +60,10 @@ func ParseHint(b []byte) (lock.Hint, error) {
 		h.Kind = lock.HintAhead
 	case lock.HintFree.String():
 		h.Kind = lock.HintFree
+	case lock.HintProbe.String():
+		h.Kind = lock.HintProbe
+	case lock.HintEcho.String():
+		h.Kind = lock.HintEcho
 	default:
 		return lock.Hint{}, fmt.Errorf("%w: unknown kind %q", ErrMalformed, fields[1])
 	}
@@ -69,6 +77,9 @@ func ParseHint(b []byte) (lock.Hint, error) {
 	}
 	if h.Enqueued == 0 {
 		return lock.Hint{}, fmt.Errorf("%w: enqueue time 0", ErrMalformed)
+	}
+	if (h.Kind == lock.HintProbe || h.Kind == lock.HintEcho) && (h.Token != 0 || h.Version != 0) {
+		return lock.Hint{}, fmt.Errorf("%w: a %s with a token or version", ErrMalformed, h.Kind)
 	}
 	h.LockID = string(fields[5])
 	if err := lock.ValidateLockID(h.LockID); err != nil {

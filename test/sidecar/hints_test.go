@@ -66,4 +66,19 @@ func TestSidecarsHandOffWithHints(t *testing.T) {
 	if got := metric(t, metricsURL[next], `baton_hints_received_total{result="malformed"}`); got != 0 {
 		t.Errorf("the new holder counts %v malformed hint datagrams", got)
 	}
+	// The waiter behind the head probed it from the hint port they share: answered, never refused
+	// as a foreign source (hintudp.Config.EchoPort, which the sidecar sets to its hint port).
+	probes := 0.0
+	for _, p := range all {
+		if p == holder {
+			continue // gone
+		}
+		probes += metric(t, metricsURL[p], `baton_hints_received_total{result="probe"}`)
+		if got := metric(t, metricsURL[p], `baton_hint_probes_unanswered_total{reason="refused"}`); got != 0 {
+			t.Errorf("%s refused %v probes (-1: no such metric) from sidecars on the shared hint port", p.name, got)
+		}
+	}
+	if probes < 1 {
+		t.Errorf("the sidecars still running received %v probes; want the waiter's behind the head", probes)
+	}
 }

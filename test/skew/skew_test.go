@@ -147,9 +147,12 @@ func queued(t *testing.T, ns string, p *sidecarProc) {
 
 // TestSkewHandOff: a sidecar of release N-1 holds the lock and one of release N waits; at SIGTERM
 // the N-1 sidecar releases and its hint reaches the N sidecar, which is granted a larger fencing
-// token; then a second N-1 sidecar waits and the N sidecar hands back to it the same way. At every
-// point exactly one of them holds the lock. This is what a rolling update does to a lock when
-// the operator was upgraded first and the pods are replaced one by one, and the way back.
+// token; then a second N-1 sidecar waits and the N sidecar hands back to it the same way. A second
+// N sidecar queues behind that N-1 waiter and probes it (docs/design.md, "When hints do not
+// arrive"): N-1 drops the probes as malformed, answers none and goes on, and the N waiter, hearing
+// no echo, polls, and is granted at the N-1 sidecar's SIGTERM in turn. At every point exactly one
+// of them holds the lock. This is what a rolling update does to a lock when the operator was
+// upgraded first and the pods are replaced one by one, and the way back.
 func TestSkewHandOff(t *testing.T) {
 	testenv.SkipShort(t, "a real Cassandra and sidecars built from git")
 	previous, current := releases(t)
@@ -178,6 +181,12 @@ func TestSkewHandOff(t *testing.T) {
 	old2 := startSidecar(t, previous, "N-1", ns, "old-2", "127.0.0.33", hintPort)
 	queued(t, ns, old2)
 	oldEvents := subscribe(t, old2)
+	cur2 := startSidecar(t, current, "N", ns, "new-2", "127.0.0.36", hintPort)
+	queued(t, ns, cur2)
+	cur2Events := subscribe(t, cur2)
+	testenv.WaitFor(t, "a probe of the N waiter to reach the N-1 waiter ahead of it", 10*time.Second, func() bool {
+		return metric(t, old2.metricsURL, `baton_hints_received_total{result="malformed"}`) >= 1
+	})
 	back, took := handOff(t, cur, old2, oldEvents)
 	if back.Token <= at.Token {
 		t.Fatalf("%s was granted token %d after %s's %d: tokens must grow across releases", old2, back.Token, cur, at.Token)
@@ -188,9 +197,16 @@ func TestSkewHandOff(t *testing.T) {
 	if hints < 1 {
 		t.Errorf("no hint from the N sidecar reached the N-1 sidecar (baton_hints_received_total delivered = %v): hints do not cross this version pair, waiters fall back to polling", hints)
 	}
-	if got := onlyHolder(t, []*sidecarProc{old2}, 5*time.Second); got != old2 {
+	if got := onlyHolder(t, []*sidecarProc{old2, cur2}, 5*time.Second); got != old2 {
 		t.Fatalf("holder %s, want %s", got, old2)
 	}
+
+	last, took := handOff(t, old2, cur2, cur2Events)
+	if last.Token <= back.Token {
+		t.Fatalf("%s was granted token %d after %s's %d: tokens must grow across releases", cur2, last.Token, old2, back.Token)
+	}
+	t.Logf("N-1 -> N behind it: %s (which drops N's probes) released at SIGTERM, %s acquired token %d %v after the signal",
+		old2, cur2, last.Token, took.Round(time.Millisecond))
 }
 
 // TestSkewFailover (make test-skew): a holder of one release is killed (SIGKILL: nothing is

@@ -37,8 +37,27 @@ func TestHinter(t *testing.T) {
 	default:
 		t.Fatal("the replacing listener got nothing")
 	}
+	// A probe comes back to the waiter it names as an echo while another waiter of the lock
+	// listens here (the prober waits behind it), and not once that one has left.
+	_, _, stopAhead := h.Listen("x", "b")
+	h.Send(addr, lock.Hint{LockID: "x", Owner: "a", Enqueued: 7, Kind: lock.HintProbe})
+	select {
+	case got := <-again:
+		if want := (lock.Hint{LockID: "x", Owner: "a", Enqueued: 7, Kind: lock.HintEcho}); got != want {
+			t.Fatalf("answer to a probe: %+v, want %+v", got, want)
+		}
+	default:
+		t.Fatal("no echo of the probe")
+	}
+	stopAhead()
+	h.Send(addr, lock.Hint{LockID: "x", Owner: "a", Enqueued: 7, Kind: lock.HintProbe})
+	select {
+	case got := <-again:
+		t.Fatalf("answer to a probe with nobody else waiting for the lock: %+v, want none", got)
+	default:
+	}
 	stopAgain()
-	if len(h.waiters) != 0 || h.Sent() != 6 {
-		t.Fatalf("waiters left after stop: %v; sent %d, want 6", h.waiters, h.Sent())
+	if len(h.waiters) != 0 || len(h.listening) != 0 || h.Sent() != 8 {
+		t.Fatalf("waiters left after stop: %v %v; sent %d, want 8", h.waiters, h.listening, h.Sent())
 	}
 }

@@ -17,11 +17,18 @@ import (
 // TestScaleSlice is make test's slice of the scale measurement: ten locks of three contenders at
 // the default lease, as three pods' worth of lock clients (each with its own store session and
 // UDP hint socket, shared by its ten locks), on this binary's Cassandra node. It fails when a role's
-// store load, counted by the contenders, exceeds twice its budget (compare.Target*Load), or when
-// Cassandra's own count of every request on the node (system_views.clients: driver heartbeats and
-// the measuring reads included) exceeds twice the contenders' budgets summed per lock. Its
-// figures are logged; `make bench-scale` runs the full measurement.
+// store load, counted by the contenders, exceeds twice its budget with hints working (issue 26:
+// holder 0.3, head 1, other waiters 0.2 requests/s), or when Cassandra's own count of every
+// request on the node (system_views.clients: driver heartbeats and the measuring reads included)
+// exceeds twice the lock's budget of 1.5 requests/s. Its figures are logged; `make bench-scale`
+// runs the full measurement.
 func TestScaleSlice(t *testing.T) {
+	const (
+		hintedHolderLoad = 0.3
+		hintedHeadLoad   = 1.0
+		hintedWaiterLoad = 0.2
+		hintedLockLoad   = 1.5 // a Lease election's cost, every request Cassandra serves the lock
+	)
 	e := setup(t, 3)
 	ctx := ctxFor(t, 3*time.Minute)
 	hinters := make([]lock.Hinter, len(e.stores))
@@ -54,17 +61,16 @@ func TestScaleSlice(t *testing.T) {
 		load   compare.RoleLoad
 		budget float64
 	}{
-		{"holder", res.Holder, compare.TargetHolderLoad},
-		{"head", res.Head, compare.TargetHeadLoad},
-		{"other waiter", res.Rest, compare.TargetWaiterLoad},
+		{"holder", res.Holder, hintedHolderLoad},
+		{"head", res.Head, hintedHeadLoad},
+		{"other waiter", res.Rest, hintedWaiterLoad},
 	} {
 		if r.load.Max > 2*r.budget {
 			t.Errorf("a %s made %.2f store requests/s, over twice its budget of %.2f", r.role, r.load.Max, r.budget)
 		}
 	}
-	perLock := compare.TargetHolderLoad + compare.TargetHeadLoad + compare.TargetWaiterLoad
-	if res.ServerPerLock > 2*perLock {
-		t.Errorf("Cassandra counted %.2f requests/s per lock, over twice the lock's budget of %.2f", res.ServerPerLock, perLock)
+	if res.ServerPerLock > 2*hintedLockLoad {
+		t.Errorf("Cassandra counted %.2f requests/s per lock, over twice the lock's budget of %.2f", res.ServerPerLock, hintedLockLoad)
 	}
 	if len(res.HandOff) != 5 || res.Lost != 0 {
 		t.Errorf("%d hand-offs measured and %d holders lost their lock on their own; want 5 and none", len(res.HandOff), res.Lost)

@@ -407,8 +407,8 @@ func sidecarLastWords(t *testing.T, ctx context.Context, c cluster, ns string) s
 	t.Helper()
 	// A sidecar that refuses to start is restarted and refuses again: the kubelet keeps one dead
 	// container per container and removes the one before, so --previous may name a container
-	// whose log is gone for a moment ("unable to retrieve container logs"). Ask again until a
-	// dead sidecar's log answers.
+	// whose log is gone for a moment; kubectl then prints "unable to retrieve container logs" and
+	// exits 0. Ask again until a dead sidecar's log says it refused to start.
 	var logs []byte
 	var said string
 	testenv.WaitFor(t, "the stopped sidecar's log", 2*time.Minute, func() bool {
@@ -419,7 +419,7 @@ func sidecarLastWords(t *testing.T, ctx context.Context, c cluster, ns string) s
 		var err error
 		logs, err = exec.CommandContext(ctx, c.kubectl, "--kubeconfig", c.node.Kubeconfig, "logs", "-n", ns, pods[0].Name,
 			"-c", inject.ContainerName, "--previous").CombinedOutput()
-		if err != nil {
+		if err != nil || !bytes.Contains(logs, []byte("refusing to start")) {
 			if msg := fmt.Sprintf("%v: %s", err, bytes.TrimSpace(logs)); msg != said {
 				t.Logf("kubectl logs --previous (asking again): %s", msg)
 				said = msg

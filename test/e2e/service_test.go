@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -83,10 +84,16 @@ func TestServiceReachesEveryPod(t *testing.T) {
 		return ready == replicas && len(pods.Items) == replicas
 	})
 	t.Logf("%d pods Ready %s after the Deployment was created", replicas, took.Round(time.Millisecond))
+	spec := n.Spec()
+	subnet, err := netip.ParsePrefix(spec.PodSubnet)
+	if err != nil {
+		t.Fatalf("the node's pod subnet %q: %v", spec.PodSubnet, err)
+	}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName != localnode.NodeName || !strings.HasPrefix(p.Status.PodIP, "198.18.1.") {
+		ip, err := netip.ParseAddr(p.Status.PodIP)
+		if p.Spec.NodeName != spec.Name || err != nil || !subnet.Contains(ip) {
 			t.Errorf("pod %s on node %q at %s, want %s and an address from %s-%s", p.Name, p.Spec.NodeName, p.Status.PodIP,
-				localnode.NodeName, localnode.PodRangeStart, localnode.PodRangeEnd)
+				spec.Name, spec.RangeStart, spec.RangeEnd)
 		}
 	}
 

@@ -147,6 +147,9 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 	return n, nil
 }
 
+// Spec returns the running node's name, addresses and pod subnet.
+func (n *Node) Spec() NodeSpec { return n.node.spec }
+
 // machineLock serialises nodes on this machine: one runs at a time.
 const machineLock = "/run/baton-node.lock"
 

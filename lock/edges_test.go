@@ -729,6 +729,13 @@ func TestDeadWaitersAreSkipped(t *testing.T) {
 // without a value when the acquisition failed (an error unless ctx ended); done closes once the
 // lease was released again.
 func grantTime(ctx context.Context, t *testing.T, l *lock.Locker, lockID string) (got <-chan time.Time, done <-chan struct{}) {
+	return acquireInBackground(ctx, t, l, lockID, false)
+}
+
+// acquireInBackground acquires lockID with l in a goroutine and sends the time of the grant (or
+// closes got without one when the acquisition failed: an error unless ctx ended). It releases
+// the lease at once, or with hold once ctx ends; done closes after the release.
+func acquireInBackground(ctx context.Context, t *testing.T, l *lock.Locker, lockID string, hold bool) (got <-chan time.Time, done <-chan struct{}) {
 	granted, released := make(chan time.Time, 1), make(chan struct{})
 	go func() {
 		defer close(released)
@@ -741,6 +748,9 @@ func grantTime(ctx context.Context, t *testing.T, l *lock.Locker, lockID string)
 			return
 		}
 		granted <- time.Now()
+		if hold {
+			<-ctx.Done()
+		}
 		_ = lease.Release(context.Background())
 	}()
 	return granted, released

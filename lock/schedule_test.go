@@ -163,16 +163,23 @@ func crashFailover(t *testing.T, arrive, crash time.Duration) time.Duration {
 	got, done := grantTime(ctx, t, head, "crash")
 	defer func() { cancel(); <-done }()
 	time.Sleep(crash - arrive)
-	holderClient.Crash()
+	return grantedAfterCrash(t, holderClient.Crash, got, "the head")
+}
+
+// grantedAfterCrash calls crash (a client cut off for good) and returns how long after it got
+// yielded a grant; the test fails when who gave up or was not granted within three leases.
+func grantedAfterCrash(t *testing.T, crash func(), got <-chan time.Time, who string) time.Duration {
+	t.Helper()
+	crash()
 	crashed := time.Now()
 	select {
 	case at, ok := <-got:
 		if !ok {
-			t.Fatal("the head gave up")
+			t.Fatalf("%s gave up", who)
 		}
 		return at.Sub(crashed)
 	case <-time.After(3 * lock.DefaultLease):
-		t.Fatal("the head was not granted within three leases of the crash")
+		t.Fatalf("%s was not granted within three leases of the crash", who)
 	}
 	return 0
 }

@@ -96,37 +96,11 @@ func untoldHeadFailover(t *testing.T, lossy bool, release, crashAfter time.Durat
 		t.Fatal("W1 gave up")
 	}
 	time.Sleep(crashAfter)
-	w1Client.Crash()
-	crashed := time.Now()
-	select {
-	case at, ok := <-got2:
-		if !ok {
-			t.Fatal("W2 gave up")
-		}
-		return at.Sub(crashed)
-	case <-time.After(3 * lock.DefaultLease):
-		t.Fatal("W2 was not granted within three leases of the crash")
-	}
-	return 0
+	return grantedAfterCrash(t, w1Client.Crash, got2, "W2")
 }
 
 // holdTime acquires lockID in the background and sends the time of the grant; it holds the lease
 // until ctx ends. done is closed when it has finished.
 func holdTime(ctx context.Context, t *testing.T, l *lock.Locker, lockID string) (got <-chan time.Time, done <-chan struct{}) {
-	granted, finished := make(chan time.Time, 1), make(chan struct{})
-	go func() {
-		defer close(finished)
-		lease, err := l.Acquire(ctx, lockID)
-		if err != nil {
-			if ctx.Err() == nil {
-				t.Error(err)
-			}
-			close(granted)
-			return
-		}
-		granted <- time.Now()
-		<-ctx.Done()
-		_ = lease.Release(context.Background())
-	}()
-	return granted, finished
+	return acquireInBackground(ctx, t, l, lockID, true)
 }

@@ -6,15 +6,12 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
-	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
-	"github.com/baton-dev/baton/internal/sidecarcontract"
 	"github.com/baton-dev/baton/lock/memstore"
 )
 
@@ -52,20 +49,7 @@ func TestNoStatusRequestAtRest(t *testing.T) {
 	c, ns := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dl := &batonv1.DistributedLock{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quiet"},
-		Spec:       batonv1.DistributedLockSpec{LockIDs: []string{"orders"}},
-	}
-	if err := c.Create(ctx, dl); err != nil {
-		t.Fatal(err)
-	}
-	mem := memstore.New()
-	held, err := newLocker(t, mem.Client(1, memstore.Faults{}), ns+"/worker-0/uid-0").
-		Acquire(ctx, sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	dl, mem, _ := lockWithHolder(ctx, t, c, ns, "quiet", "orders")
 	counting := &statusRequests{Client: c}
 	r := &controllers.DistributedLockReconciler{Client: counting, Recorder: &events{}, Interval: time.Hour, Stores: source{mem.Client(9, memstore.Faults{})}}
 	reconcile := func() {

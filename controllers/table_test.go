@@ -14,6 +14,7 @@ import (
 	batonv1 "github.com/baton-dev/baton/api/v1"
 	"github.com/baton-dev/baton/controllers"
 	"github.com/baton-dev/baton/internal/sidecarcontract"
+	"github.com/baton-dev/baton/lock"
 	"github.com/baton-dev/baton/lock/memstore"
 )
 
@@ -25,20 +26,7 @@ func TestKubectlGetAfterReconcile(t *testing.T) {
 	c, ns := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dl := &batonv1.DistributedLock{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "work"},
-		Spec:       batonv1.DistributedLockSpec{LockIDs: []string{"orders", "billing"}},
-	}
-	if err := c.Create(ctx, dl); err != nil {
-		t.Fatal(err)
-	}
-	mem := memstore.New()
-	held, err := newLocker(t, mem.Client(1, memstore.Faults{}), ns+"/worker-0/uid-0").
-		Acquire(ctx, sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	dl, mem, held := lockWithHolder(ctx, t, c, ns, "work", "orders", "billing")
 	r := &controllers.DistributedLockReconciler{Client: c, Recorder: &events{}, Interval: time.Hour, Stores: source{mem.Client(9, memstore.Faults{})}}
 	reconcile := func() string {
 		t.Helper()
@@ -72,4 +60,25 @@ func TestKubectlGetAfterReconcile(t *testing.T) {
 	if again := reconcile(); again != first {
 		t.Errorf("a reconcile with nothing new wrote status: resourceVersion %s -> %s", first, again)
 	}
+}
+
+// lockWithHolder creates DistributedLock name in ns with lockIDs and an in-memory lock store in
+// which worker-0 of ns holds the first lock ID (held) until the test ends.
+func lockWithHolder(ctx context.Context, t *testing.T, c client.Client, ns, name string, lockIDs ...string) (_ *batonv1.DistributedLock, _ *memstore.Store, held *lock.Lease) {
+	t.Helper()
+	dl := &batonv1.DistributedLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       batonv1.DistributedLockSpec{LockIDs: lockIDs},
+	}
+	if err := c.Create(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	mem := memstore.New()
+	held, err := newLocker(t, mem.Client(1, memstore.Faults{}), ns+"/worker-0/uid-0").
+		Acquire(ctx, sidecarcontract.StoreLockID(batonv1.ScopeNamespace, ns, lockIDs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	return dl, mem, held
 }

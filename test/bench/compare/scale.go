@@ -32,6 +32,30 @@ type ScaleConfig struct {
 	// they use with no lock client running (measured by the caller), which CPUPerThousand leaves out.
 	CPU       func() (time.Duration, error)
 	IdleCores float64
+	// Operator, when set, samples the operator that reconciles the run's DistributedLocks at
+	// both ends of the window: Scale reports its rates and its memory at the window's end.
+	Operator func(ctx context.Context) (OperatorSample, error)
+	// Connections, when set, returns the client connections each server node has, which Scale
+	// reads at the window's end.
+	Connections func(ctx context.Context) ([]int, error)
+}
+
+// OperatorSample is the operator's counters at one instant: its process's CPU time, its resident
+// memory and Go heap in use, the API requests it made that write (POST, PUT, PATCH, DELETE: its
+// own leader-election Lease included), the DistributedLock status writes the API server served,
+// and the operator's lock store reads.
+type OperatorSample struct {
+	CPU                                 time.Duration
+	RSS, Heap                           int64 // bytes
+	APIWrites, StatusWrites, StoreReads int64
+}
+
+// OperatorLoad is what the operator cost over a scale run's window: cores, memory at its end
+// (bytes), and rates per second.
+type OperatorLoad struct {
+	Cores                                             float64
+	RSS, Heap                                         int64
+	APIWrites, StatusWrites, StoreReads, ReadsPerLock float64
 }
 
 // RoleLoad is the store load of one role, in requests per second per contender: the mean over
@@ -68,6 +92,11 @@ type ScaleResult struct {
 	Lost int
 	// SetUp is how long the holders and queues took to form.
 	SetUp time.Duration
+	// Operator is the cost of the operator reconciling the run's DistributedLocks (nil: none ran).
+	Operator *OperatorLoad `json:",omitempty"`
+	// Connections are the client connections of each server node at the window's end (nil: not
+	// counted).
+	Connections []int `json:",omitempty"`
 }
 
 // scaleLock is one lock of a scale run: its contenders, the holder's Holding, and the waiters'
@@ -118,7 +147,7 @@ func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleR
 	locks := make([]*scaleLock, cfg.Locks)
 	counting := true
 	for l := range locks {
-		sl := &scaleLock{id: fmt.Sprintf("%s-%d", run, l), grants: make(chan acquired, cfg.Contenders)}
+		sl := &scaleLock{id: ScaleLockID(run, l), grants: make(chan acquired, cfg.Contenders)}
 		locks[l] = sl
 		for i := range cfg.Contenders {
 			c, err := sys.Contender(ctx, sl.id, i)
@@ -189,6 +218,13 @@ func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleR
 	if err := errors.Join(before.err, after.err); err != nil {
 		return res, err
 	}
+	if cfg.Connections != nil {
+		conns, err := cfg.Connections(ctx)
+		if err != nil {
+			return res, fmt.Errorf("server connections: %w", err)
+		}
+		res.Connections = conns
+	}
 	// A waiter granted by now means its holder lost the lock on its own: a renewal did not reach
 	// the store in time (an overloaded store), which the lock client reports to its holder. Such
 	// a lock is counted, and sampled no further.
@@ -254,12 +290,16 @@ func Scale(ctx context.Context, sys System, run string, cfg ScaleConfig) (ScaleR
 	return res, g.Wait()
 }
 
+// ScaleLockID is the ID Scale gives lock l of run: "<run>-<l>".
+func ScaleLockID(run string, l int) string { return fmt.Sprintf("%s-%d", run, l) }
+
 // scaleSnapshot is the counters at one instant of a scale run.
 type scaleSnapshot struct {
 	at       time.Time
 	clients  [][]int64 // [lock][contender]
 	requests int64
 	cpu      time.Duration
+	operator OperatorSample
 	err      error
 }
 
@@ -286,6 +326,13 @@ func snapshot(ctx context.Context, locks []*scaleLock, cfg ScaleConfig) scaleSna
 			s.err = errors.Join(s.err, fmt.Errorf("server CPU time: %w", err))
 		}
 		s.cpu = d
+	}
+	if cfg.Operator != nil {
+		o, err := cfg.Operator(ctx)
+		if err != nil {
+			s.err = errors.Join(s.err, fmt.Errorf("operator: %w", err))
+		}
+		s.operator = o
 	}
 	return s
 }
@@ -325,6 +372,14 @@ func (r *ScaleResult) fillLoads(locks []*scaleLock, before, after scaleSnapshot,
 		if n := after.requests - before.requests; cfg.Requests != nil && n > 0 {
 			r.CPUPerThousand = max(0, cpu-cfg.IdleCores*window) / float64(n) * 1000
 		}
+	}
+	if cfg.Operator != nil {
+		a, b := before.operator, after.operator
+		per := func(x, y int64) float64 { return float64(y-x) / window }
+		r.Operator = &OperatorLoad{Cores: (b.CPU - a.CPU).Seconds() / window, RSS: b.RSS, Heap: b.Heap,
+			APIWrites: per(a.APIWrites, b.APIWrites), StatusWrites: per(a.StatusWrites, b.StatusWrites),
+			StoreReads: per(a.StoreReads, b.StoreReads)}
+		r.Operator.ReadsPerLock = r.Operator.StoreReads / float64(len(locks))
 	}
 }
 

@@ -46,8 +46,12 @@ var (
 // idleWindow is how long TestScale measures each server at rest.
 const idleWindow = 20 * time.Second
 
-// scaleCassandra is the benchmark's three-node cluster, started only by TestScale.
-var scaleCassandra = testenv.NewCassandra(testenv.CassandraConfig("scale-trio"))
+// scaleCassandra is the benchmark's three-node cluster and scaleKube its API server with baton's
+// CRD, both started only by TestScale.
+var (
+	scaleCassandra = testenv.NewCassandra(testenv.CassandraConfig("scale-trio"))
+	scaleKube      = testenv.NewKubeWithCRDs(filepath.Join("..", "..", "..", "config", "crd", "bases"))
+)
 
 // TestScale is make bench-scale: for each number of locks, baton (in-process lock clients standing
 // in for pods' sidecars, with UDP hints, on a three-node Cassandra) and client-go's leader election
@@ -63,6 +67,7 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer scaleCassandra.Stop()
+	defer scaleKube.Stop()
 	cl := scaleCassandra.Cluster(t)
 	ctx := ctxFor(t, 3*time.Hour)
 	log := logr.Discard()
@@ -96,7 +101,7 @@ func TestScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := nodeCounters(t, cl.Hosts())
+	nodes, nodeSessions := nodeCounters(t, cl.Hosts())
 	cassandraCPU := func() (time.Duration, error) {
 		var pids []int
 		for i := range cl.Hosts() {
@@ -105,7 +110,7 @@ func TestScale(t *testing.T) {
 		return processCPU(pids...)
 	}
 
-	kubeCfg := kube.Config(t)
+	kubeCfg := scaleKube.Config(t)
 	kubeClient, err := kubernetes.NewForConfig(kubeCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -125,13 +130,21 @@ func TestScale(t *testing.T) {
 		}
 		return processCPU(pid)
 	}
-	apiRequests := func(ctx context.Context) (int64, error) {
+	apiMetrics := func(ctx context.Context) ([]byte, error) {
 		raw, err := kubeClient.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("reading the API server's metrics: %w", err)
+			return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+		}
+		return raw, nil
+	}
+	apiRequests := func(ctx context.Context) (int64, error) {
+		raw, err := apiMetrics(ctx)
+		if err != nil {
+			return 0, err
 		}
 		return sumMetric(raw, "apiserver_request_total")
 	}
+	operator := newScaleOperator(ctx, t, kubeCfg, cl.Hosts(), apiMetrics)
 
 	// What the servers use at rest, before any lock client runs.
 	idle := func(name string, cpu func() (time.Duration, error)) float64 {
@@ -159,17 +172,37 @@ func TestScale(t *testing.T) {
 			requests func(context.Context) (int64, error)
 			cpu      func() (time.Duration, error)
 			idle     float64
+			operator bool // the operator reconciles a DistributedLock per lock
 		}{
-			{baton, func(ctx context.Context) (int64, error) { return nodes(ctx) }, cassandraCPU, cassandraIdle},
-			{election, apiRequests, apiServerCPU, apiServerIdle},
+			{namespaced{baton, scaleNamespace}, func(ctx context.Context) (int64, error) { return nodes(ctx) }, cassandraCPU, cassandraIdle, true},
+			{election, apiRequests, apiServerCPU, apiServerIdle, false},
 		} {
 			cfg := compare.ScaleConfig{Locks: n, Contenders: *scaleContenders, Lease: lease,
 				Settle: *scaleSettle, Window: *scaleWindow,
 				HandOffs: min(*scaleHandOffs, n/10), Failovers: min(*scaleFailovers, n/10),
 				InFlight: 64, Requests: run.requests, CPU: run.cpu, IdleCores: run.idle}
 			start := time.Now()
+			id := uniqueID(fmt.Sprintf("s%d", n))
+			var op *runningOperator
+			if run.operator {
+				// The operator runs only beside baton's locks: the Lease anchor's API server
+				// counts no request of it. Its DistributedLocks exist and are reconciled before
+				// the contenders start, as a deployment's would be.
+				op = operator.start(ctx, t)
+				ids := make([]string, n)
+				for l := range ids {
+					ids[l] = compare.ScaleLockID(id, l)
+				}
+				operator.createLocks(ctx, t, ids)
+				cfg.Operator = func(ctx context.Context) (compare.OperatorSample, error) { return operator.sample(ctx, op) }
+				cfg.Connections = nodeConnections(nodeSessions)
+			}
 			t.Logf("%s: %d locks × %d contenders ...", run.sys.Name(), n, cfg.Contenders)
-			res, err := compare.Scale(ctx, run.sys, uniqueID(fmt.Sprintf("s%d", n)), cfg)
+			res, err := compare.Scale(ctx, run.sys, id, cfg)
+			if op != nil {
+				op.stop()
+				operator.deleteLocks(ctx, t)
+			}
 			if err != nil {
 				t.Fatalf("%s, %d locks: %v", run.sys.Name(), n, err)
 			}
@@ -216,7 +249,7 @@ func parseCounts(s string) ([]int, error) {
 
 // nodeCounters returns a function that sums every node's system_views.clients counts: the table
 // is each node's own, so each is read through a session that talks to that node alone.
-func nodeCounters(t *testing.T, hosts []string) func(context.Context) (int64, error) {
+func nodeCounters(t *testing.T, hosts []string) (func(context.Context) (int64, error), []*gocql.Session) {
 	t.Helper()
 	var sessions []*gocql.Session
 	for _, h := range hosts {
@@ -242,7 +275,7 @@ func nodeCounters(t *testing.T, hosts []string) func(context.Context) (int64, er
 			sum += n
 		}
 		return sum, nil
-	}
+	}, sessions
 }
 
 func portOf(t *testing.T, hostPort string) int {
@@ -313,8 +346,18 @@ func childProcess(name string) (int, error) {
 	return 0, fmt.Errorf("no child process %q of this test binary", name)
 }
 
+// errNoMetric is sumMetricIf's error when the exposition has no sample of the counter.
+var errNoMetric = errors.New("no such metric")
+
 // sumMetric sums every sample of the Prometheus counter name in a text exposition.
 func sumMetric(exposition []byte, name string) (int64, error) {
+	return sumMetricIf(exposition, name, func(string) bool { return true })
+}
+
+// sumMetricIf sums the samples of the Prometheus metric name in a text exposition whose labels
+// (the text between the braces, empty when none) keep says to count. No sample at all is an error
+// that wraps errNoMetric.
+func sumMetricIf(exposition []byte, name string, keep func(labels string) bool) (int64, error) {
 	var sum float64
 	found := false
 	sc := bufio.NewScanner(bytes.NewReader(exposition))
@@ -324,9 +367,9 @@ func sumMetric(exposition []byte, name string) (int64, error) {
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
-		value := line[len(name):]
+		value, labels := line[len(name):], ""
 		if i := strings.LastIndexByte(value, '}'); i >= 0 {
-			value = value[i+1:]
+			value, labels = value[i+1:], value[:i]
 		}
 		f := strings.Fields(value)
 		if len(f) == 0 {
@@ -336,14 +379,16 @@ func sumMetric(exposition []byte, name string) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("metric line %q: %w", line, err)
 		}
-		sum += v
 		found = true
+		if keep(labels) {
+			sum += v
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
 	if !found {
-		return 0, fmt.Errorf("no %s in the metrics", name)
+		return 0, fmt.Errorf("%s: %w", name, errNoMetric)
 	}
 	return int64(sum), nil
 }

@@ -33,6 +33,7 @@ func ScaleReport(results []ScaleResult, at time.Time) string {
 			samples(r.HandOff, 0), samples(r.Failover, r.Lease), r.Lost)
 	}
 	b.WriteString("\nHand-offs from the holder's release to a waiter's grant; failovers, in multiples of the lease, from the holder's death (its store or API connection cut off) to a waiter's grant. Holders lost: holders that lost their lock on their own during the run (a renewal did not reach the server in time: it could not keep up); their locks are left out of the hand-off and failover samples.\n")
+	writeOperator(&b, results)
 
 	b.WriteString("\n## Linear in the number of locks?\n\n")
 	b.WriteString("Server requests per lock at each N against the system's smallest run (the target: within 20 %).\n\n")
@@ -54,6 +55,8 @@ func ScaleReport(results []ScaleResult, at time.Time) string {
 			r.System, r.Locks, r.ServerPerLock, base.ServerPerLock, base.Locks, d, mark(d <= 20 && d >= -20))
 	}
 
+	writeBudgets(&b, results)
+
 	b.WriteString("\n## Projected to 10,000 locks\n\n")
 	b.WriteString("The largest run's per-lock server requests and CPU per request above rest, times the number of locks, plus the server at rest: a linear projection, not a measurement.\n\n")
 	for _, name := range order {
@@ -64,10 +67,14 @@ func ScaleReport(results []ScaleResult, at time.Time) string {
 		req := r.ServerPerLock * ProjectedLocks
 		line := fmt.Sprintf("- %s: %.0f requests/s", name, req)
 		if r.CPUPerThousand >= 0 {
-			line += fmt.Sprintf(", %.1f cores of its server", req/1000*r.CPUPerThousand+r.IdleCores)
+			line += fmt.Sprintf(", %.1f cores of its server at %.2f CPU s per 1,000 requests", req/1000*r.CPUPerThousand+r.IdleCores, r.CPUPerThousand)
+			if n := len(r.Connections); n > 0 {
+				line += fmt.Sprintf(" (%.1f cores on each of %d nodes)", (req/1000*r.CPUPerThousand+r.IdleCores)/float64(n), n)
+			}
 		}
 		b.WriteString(line + fmt.Sprintf(" (from %d locks)\n", r.Locks))
 	}
+	writeOperatorProjection(&b, results)
 	return b.String()
 }
 

@@ -251,11 +251,12 @@ bench-compare: install-deps ## the side-by-side comparison alone (about 11 min):
 	$(GO) run ./hack/benchplots -in docs/bench/compare.json -out docs/bench
 
 .PHONY: bench-scale
-bench-scale: install-deps ## many locks at rest: N = 10, 100, 1,000 locks of 3 on a three-node Cassandra (baton, UDP hints) and on Leases (client-go, the API server); store and API load per lock, server CPU, hand-offs, failovers, a projection to 10,000 locks; docs/bench/scale.md and scale.json (SCALEFLAGS)
+bench-scale: install-deps ## many locks at rest: N = 10, 100, 1,000 locks of 3 on a three-node Cassandra (baton, UDP hints, the operator reconciling a DistributedLock per lock) and on Leases (client-go, the API server); store and API load per lock, server CPU, hand-offs, failovers, the operator's CPU, memory, API writes and store reads, connections per node, the budgets of issue 26, a projection to 10,000 locks; docs/bench/scale.md, scale.json and scale-*.png (SCALEFLAGS)
 	@mkdir -p docs/bench
-	$(GO) test -run '^TestScale$$' -count=1 -v -timeout 3h ./test/bench/compare/ -scale.run \
+	set -o pipefail; $(GO) test -run '^TestScale$$' -count=1 -v -timeout 3h ./test/bench/compare/ -scale.run \
 	  -scale.out $(CURDIR)/docs/bench/scale.md -scale.json $(CURDIR)/docs/bench/scale.json $(SCALEFLAGS) 2>&1 \
 	  | grep -E --line-buffered '^(--- |ok|FAIL|panic:|cassandra |\s+\S+_test\.go:[0-9]+: )'
+	$(GO) run ./hack/benchplots -scale docs/bench/scale.json -out docs/bench
 
 .PHONY: build
 build: ## build the binaries (sidecar, operator, baton) into bin/, as the Dockerfile does

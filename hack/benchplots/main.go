@@ -2,7 +2,11 @@
 //
 //	go run ./hack/benchplots -in docs/bench/compare.json -out docs/bench
 //
-// (make bench-compare runs the comparison and this).
+// (make bench-compare runs the comparison and this), or with -scale those of a scale run:
+//
+//	go run ./hack/benchplots -scale docs/bench/scale.json -out docs/bench
+//
+// (make bench-scale runs the scale measurement and this).
 package main
 
 import (
@@ -17,8 +21,19 @@ import (
 func main() {
 	in := flag.String("in", "docs/bench/compare.json", "JSON results of the comparison (-compare.json)")
 	out := flag.String("out", "docs/bench", "directory for the PNG charts")
+	scale := flag.String("scale", "", "JSON results of a scale run (-scale.json): draw its charts instead")
 	flag.Parse()
-	if err := run(*in, *out); err != nil {
+	var err error
+	if *scale != "" {
+		var written []string
+		written, err = writeScale(*scale, *out)
+		for _, p := range written {
+			fmt.Println("wrote", p)
+		}
+	} else {
+		err = run(*in, *out)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "plots:", err)
 		os.Exit(1)
 	}

@@ -71,6 +71,9 @@ func ScaleReport(results []ScaleResult, at time.Time) string {
 			if n := len(r.Connections); n > 0 {
 				line += fmt.Sprintf(" (%.1f cores on each of %d nodes)", (req/1000*r.CPUPerThousand+r.IdleCores)/float64(n), n)
 			}
+			if perCore := r.ServerPerLock * r.CPUPerThousand / 1000; perCore > 0 {
+				line += fmt.Sprintf("; a core of its server, above rest, carries %.0f such locks", 1/perCore)
+			}
 		}
 		b.WriteString(line + fmt.Sprintf(" (from %d locks)\n", r.Locks))
 	}

@@ -33,6 +33,7 @@ func TestScaleReportBudgets(t *testing.T) {
 		"| operator at 1000 locks, at rest: resident memory | 100 MiB | ≤ 256 MiB | ✓ |",
 		"| 1000 | 0.030 | 100 MiB | 40 MiB | 0.50 | 0.00 | 1.000 | 0.0010 |",
 		"| baton | 1000 | 7 | 8 | 9 | 24 |",
+		"(8.0 cores on each of 3 nodes); a core of its server, above rest, carries 417 such locks (from 1000 locks)",
 		"- the operator: 0.21 cores, 464 MiB resident, 10.0 store reads/s",
 	} {
 		if !strings.Contains(report, want) {

@@ -131,15 +131,27 @@ func scaleLoad(results []compare.ScaleResult) (*plot.Plot, error) {
 	return p, budgetLine(p, results, compare.BudgetLockLoad, fmt.Sprintf("budget %.1f", compare.BudgetLockLoad))
 }
 
+// operatorRuns returns the runs with an operator, named for the chart's legend.
+func operatorRuns(results []compare.ScaleResult, name string) []compare.ScaleResult {
+	var out []compare.ScaleResult
+	for _, r := range results {
+		if r.Operator != nil {
+			r.System = name
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func operatorCPU(results []compare.ScaleResult) (*plot.Plot, error) {
-	return perLocks(results, "The operator's CPU at rest", "cores",
+	return perLocks(operatorRuns(results, "baton operator, user + system CPU"), "The operator's CPU at rest", "cores",
 		func(r compare.ScaleResult) (float64, bool) {
 			return opValue(r, func(o *compare.OperatorLoad) float64 { return o.Cores })
 		})
 }
 
 func operatorMemory(results []compare.ScaleResult) (*plot.Plot, error) {
-	return perLocks(results, "The operator's memory at rest", "MiB",
+	return perLocks(operatorRuns(results, "baton operator, resident memory (VmRSS)"), "The operator's memory at rest", "MiB",
 		func(r compare.ScaleResult) (float64, bool) {
 			return opValue(r, func(o *compare.OperatorLoad) float64 { return float64(o.RSS) / (1 << 20) })
 		})

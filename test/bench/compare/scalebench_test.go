@@ -41,6 +41,7 @@ var (
 	scaleFailovers  = flag.Int("scale.failovers", 20, "locks that measure a crash failover (at most a tenth of the locks)")
 	scaleOut        = flag.String("scale.out", "", "write the report (Markdown) here")
 	scaleJSON       = flag.String("scale.json", "", "write the raw results (JSON) here")
+	scaleFrom       = flag.String("scale.from", "", "render the report (-scale.out) from these raw results of an earlier run (-scale.json) instead of measuring; dated by the file's modification time")
 )
 
 // idleWindow is how long TestScale measures each server at rest.
@@ -59,6 +60,10 @@ var (
 // other. The report gives each role's load, the server's own request count and CPU, hand-offs and
 // failovers, and a projection to 10,000 locks.
 func TestScale(t *testing.T) {
+	if *scaleFrom != "" {
+		renderScale(t)
+		return
+	}
 	if !*scaleRun {
 		t.Skip("make bench-scale runs the scale measurement (-scale.run)")
 	}
@@ -225,6 +230,30 @@ func TestScale(t *testing.T) {
 		if err := os.WriteFile(*scaleJSON, append(b, '\n'), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// renderScale writes the report of the results in -scale.from to -scale.out: no measurement.
+func renderScale(t *testing.T) {
+	b, err := os.ReadFile(*scaleFrom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(*scaleFrom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []compare.ScaleResult
+	if err := json.Unmarshal(b, &results); err != nil {
+		t.Fatalf("%s: %v", *scaleFrom, err)
+	}
+	report := compare.ScaleReport(results, fi.ModTime())
+	if *scaleOut == "" {
+		t.Log("\n" + report)
+		return
+	}
+	if err := os.WriteFile(*scaleOut, []byte(report), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

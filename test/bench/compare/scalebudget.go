@@ -110,7 +110,7 @@ func writeBudgets(b *strings.Builder, results []ScaleResult) {
 		}
 		rows = append(rows,
 			budgetRow{what: n + "DistributedLock status writes/s", measured: fmt.Sprintf("%.3f", o.StatusWrites), budget: "0", met: o.StatusWrites == 0,
-				why: "the API server served status writes within the window"},
+				why: fmt.Sprintf("the operator reconciled locks within the window (%.2f store reads/s) and wrote the status of those whose status had changed since their first reconcile: the holders and queues formed after it, and the contenders are not pods, so no pod change announced them", o.StoreReads)},
 			budgetRow{what: n + "store reads per lock per second", measured: fmt.Sprintf("%.4f", o.ReadsPerLock), budget: fmt.Sprintf("≤ %.2f", BudgetOperatorReads),
 				met: o.ReadsPerLock <= BudgetOperatorReads, why: fmt.Sprintf("%.1f store reads/s in the window", o.StoreReads)},
 			budgetRow{what: n + "CPU", measured: fmt.Sprintf("%.3f cores", o.Cores), budget: fmt.Sprintf("≤ %.1f core", BudgetOperatorCores),
@@ -136,7 +136,7 @@ func writeBudgets(b *strings.Builder, results []ScaleResult) {
 // strain describes what the server and the lock clients went through in run r: the server's
 // CPU against the machine's cores, and holders that lost their lock.
 func strain(r ScaleResult) string {
-	s := fmt.Sprintf("Cassandra used %.2f cores of this machine's %d during the window (%.2f at rest)", r.ServerCores, runtime.NumCPU(), r.IdleCores)
+	s := fmt.Sprintf("measured beside it: Cassandra used %.2f cores of this machine's %d during the window (%.2f at rest)", r.ServerCores, runtime.NumCPU(), r.IdleCores)
 	if r.Lost > 0 {
 		s += fmt.Sprintf("; %d holders lost their lock on their own (a renewal late)", r.Lost)
 	}

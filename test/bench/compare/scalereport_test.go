@@ -26,7 +26,7 @@ func TestScaleReportBudgets(t *testing.T) {
 	for _, want := range []string{
 		"| 10 locks: store requests/s per lock, every request Cassandra serves | 1.40 | ≤ 1.50 | ✓ |  |",
 		"| 1000 locks: store requests/s per lock, every request Cassandra serves | 2.00 | ≤ 1.50 | ✗ | the contenders' own requests are 1.00 per lock; 1.00 per lock are requests",
-		"| 10 locks: other waiters, store requests/s | 0.30 (highest 0.40) | ≤ 0.20 | ✗ | Cassandra used 0.50 cores",
+		"| 10 locks: other waiters, store requests/s | 0.30 (highest 0.40) | ≤ 0.20 | ✗ | measured beside it: Cassandra used 0.50 cores",
 		"| 1000 locks: store requests per lock against 10 locks | 2.00 against 1.40 (+43 %) | within ±20 % | ✗ |",
 		"| every hint dropped: hand-off | not measured by this run | ≤ 1.5 s | – |",
 		"| operator at 1000 locks, at rest: store reads per lock per second | 0.0010 | ≤ 0.02 | ✓ |",

@@ -84,6 +84,19 @@ func (a *authDB) cluster(t *testing.T) (*localcassandra.Cluster, *testpki.CA) {
 	return a.db.Cluster(t), a.ca
 }
 
+// prestart starts it in the background when the run includes TestAuthAndTLSCassandra, so that
+// its JVM starts during the cluster's set-up rather than on that test's clock, at the end of the
+// run. A failure shows in cluster.
+func (a *authDB) prestart() {
+	if !runIncludes("TestAuthAndTLSCassandra") {
+		return
+	}
+	a.once.Do(func() { a.err = a.prepare() })
+	if a.err == nil {
+		a.db.Prestart()
+	}
+}
+
 // clientCert signs a client certificate for name with ca.
 func clientCert(ca *testpki.CA, name string) (testpki.Pair, error) {
 	return ca.Sign(testpki.Request{Subject: pkix.Name{CommonName: name}, Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})

@@ -6,10 +6,12 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +63,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// runIncludes reports whether the run's -test.run pattern may select the top-level test name (a
+// guess that errs towards yes: only the pattern's first level is matched).
+func runIncludes(name string) bool {
+	f := flag.Lookup("test.run")
+	if f == nil || f.Value.String() == "" {
+		return true
+	}
+	top, _, _ := strings.Cut(f.Value.String(), "/")
+	re, err := regexp.Compile(top)
+	return err != nil || re.MatchString(name)
+}
+
 // cluster is the node with baton installed.
 type cluster struct {
 	node    *localnode.Node
@@ -82,6 +96,10 @@ var (
 func batonCluster(t *testing.T) cluster {
 	t.Helper()
 	n := node.Get(t)
+	authCassandra.prestart() // on the node's address, beside the default Cassandra
+	if runIncludes("TestGlobalLockAcrossTheNodeAndAnotherCluster") {
+		kubeB.Prestart()
+	}
 	hosts := cassandra.Cluster(t).Hosts()
 	helm := testenv.Helm(t)
 	c := clients(t, n)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ const (
 type Cassandra struct {
 	cfg     localcassandra.Config
 	once    sync.Once
+	started atomic.Bool // a start was asked for (Cluster or Prestart)
 	cluster *localcassandra.Cluster
 	err     error
 }
@@ -52,6 +54,7 @@ func NewCassandra(cfg localcassandra.Config) *Cassandra {
 func (c *Cassandra) Cluster(t testing.TB) *localcassandra.Cluster {
 	t.Helper()
 	SkipShort(t, "a real Cassandra")
+	c.started.Store(true)
 	c.once.Do(func() { c.cluster, c.err = c.start() })
 	if c.err != nil {
 		msg := fmt.Sprintf("Cassandra cluster %q: %v\n"+
@@ -63,6 +66,17 @@ func (c *Cassandra) Cluster(t testing.TB) *localcassandra.Cluster {
 		t.Skip(msg)
 	}
 	return c.cluster
+}
+
+// Prestart starts the cluster in the background, so that its start overlaps other set-up work
+// (a JVM takes most of a core for several seconds) instead of a test's own time; Cluster then
+// waits for it and reports its failure. It does nothing under -short or when a start was asked for
+// already.
+func (c *Cassandra) Prestart() {
+	if testing.Short() || c.started.Swap(true) {
+		return
+	}
+	go c.once.Do(func() { c.cluster, c.err = c.start() })
 }
 
 // start installs (normally a cache hit: make test runs make install-deps first) and then starts
@@ -85,6 +99,10 @@ func (c *Cassandra) start() (*localcassandra.Cluster, error) {
 
 // Stop stops the cluster if it was started. Call it from TestMain after m.Run.
 func (c *Cassandra) Stop() {
+	if !c.started.Load() {
+		return
+	}
+	c.once.Do(func() {}) // waits for a start in progress (Prestart)
 	if c.cluster == nil {
 		return
 	}

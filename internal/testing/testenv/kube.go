@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -24,10 +25,11 @@ import (
 // Kube is a real kube-apiserver and etcd (built from Go modules by localkube) shared by the tests
 // of one binary, started on first use.
 type Kube struct {
-	once sync.Once
-	env  *envtest.Environment
-	cfg  *rest.Config
-	err  error
+	once    sync.Once
+	started atomic.Bool // a start was asked for (Config or Prestart)
+	env     *envtest.Environment
+	cfg     *rest.Config
+	err     error
 }
 
 // NewKube describes the control plane; nothing starts until a test asks for it.
@@ -46,6 +48,7 @@ func NewKubeWithCRDs(paths ...string) *Kube {
 func (k *Kube) Config(t testing.TB) *rest.Config {
 	t.Helper()
 	SkipShort(t, "a real kube-apiserver")
+	k.started.Store(true)
 	k.once.Do(func() { k.cfg, k.err = k.start() })
 	if k.err != nil {
 		msg := fmt.Sprintf("kube-apiserver: %v\nIt is built from Go modules; make test builds it before the tests "+
@@ -56,6 +59,16 @@ func (k *Kube) Config(t testing.TB) *rest.Config {
 		t.Skip(msg)
 	}
 	return rest.CopyConfig(k.cfg)
+}
+
+// Prestart starts the control plane in the background, so that its start overlaps other set-up
+// work instead of a test's own time; Config then waits for it and reports its failure. It does
+// nothing under -short or when a start was asked for already.
+func (k *Kube) Prestart() {
+	if testing.Short() || k.started.Swap(true) {
+		return
+	}
+	go k.once.Do(func() { k.cfg, k.err = k.start() })
 }
 
 // start builds (normally a cache hit: make test runs make install-deps first) and then starts the
@@ -92,6 +105,10 @@ func (k *Kube) Client(t testing.TB) kubernetes.Interface {
 
 // Stop stops the control plane if it was started. Call it from TestMain after m.Run.
 func (k *Kube) Stop() {
+	if !k.started.Load() {
+		return
+	}
+	k.once.Do(func() {}) // waits for a start in progress (Prestart)
 	if k.cfg == nil {
 		return
 	}

@@ -22,6 +22,7 @@ type Cluster struct {
 	cfg    Config
 	libDir string
 	java   string
+	cds    string // the cache's class data sharing archive (cds.go); empty: none
 
 	mu    sync.Mutex
 	nodes []*nodeProc // nil entry: node not running
@@ -69,6 +70,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}
 	c := &Cluster{cfg: cfg, libDir: libDir, java: java, nodes: make([]*nodeProc, cfg.Nodes)}
+	if c.cds, err = cfg.cdsArchivePath(java); err != nil {
+		cfg.Log.V(1).Info("no class data sharing", "cluster", cfg.Name, "error", err.Error())
+		c.cds = ""
+	}
 	start := time.Now()
 	cfg.progressf("starting %d node(s) of Cassandra %s (heap %d MiB each, state in %s)", cfg.Nodes, cfg.Version, cfg.HeapMB, cfg.RunDir)
 	all := make([]int, cfg.Nodes)
@@ -173,6 +178,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	grace := time.NewTimer(c.cfg.StopTimeout)
 	defer grace.Stop()
 	var err error
+	killed := false
 	for _, p := range running {
 		select {
 		case <-p.done:
@@ -181,6 +187,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		// Out of patience: kill this and every remaining node.
+		killed = true
 		for _, q := range running {
 			_ = syscall.Kill(q.pid, syscall.SIGKILL)
 		}
@@ -192,6 +199,12 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if !killed && procs[0] != nil {
+		// Node 0 exited on its own, so an archive it wrote is whole.
+		if err := c.cfg.keepCDSArchive(c.cds); err != nil {
+			c.cfg.progressf("class data sharing archive not kept: %v", err)
+		}
 	}
 	if rmErr := os.RemoveAll(c.cfg.RunDir); rmErr != nil {
 		return fmt.Errorf("localcassandra: remove %s: %w", c.cfg.RunDir, rmErr)
@@ -224,7 +237,7 @@ func (c *Cluster) running(i int) *nodeProc {
 
 // launch starts node i's JVM and writes its pid file.
 func (c *Cluster) launch(i int) error {
-	args, err := c.cfg.jvmArgs(c.libDir, i)
+	args, err := c.cfg.jvmArgs(c.libDir, i, c.cds)
 	if err != nil {
 		return err
 	}

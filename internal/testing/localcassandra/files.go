@@ -70,8 +70,9 @@ var jvm17ServerOptions = []string{
 
 const mainClass = "org.apache.cassandra.service.CassandraDaemon"
 
-// jvmArgs returns the full java argument list for node i.
-func (cfg Config) jvmArgs(libDir string, i int) ([]string, error) {
+// jvmArgs returns the full java argument list for node i; cdsArchive is the cache's class data
+// sharing archive (cdsArgs), or empty.
+func (cfg Config) jvmArgs(libDir string, i int, cdsArchive string) ([]string, error) {
 	jamm, _ := filepath.Glob(filepath.Join(libDir, "jamm-*.jar"))
 	if len(jamm) == 0 {
 		return nil, fmt.Errorf("localcassandra: no jamm jar in %s (reinstall: remove %s)", libDir, filepath.Dir(libDir))
@@ -110,6 +111,7 @@ func (cfg Config) jvmArgs(libDir string, i int) ([]string, error) {
 		// C1 only: on 2 cores a 3-node cluster starts in ~16s instead of ~25s.
 		args = append(args, "-XX:TieredStopAtLevel=1")
 	}
+	args = append(args, cfg.cdsArgs(cdsArchive, i)...)
 	args = append(args, cfg.ExtraJVMArgs...)
 	args = append(args, "-cp", filepath.Join(libDir, "*"), mainClass)
 	return args, nil

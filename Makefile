@@ -52,9 +52,11 @@ install-deps: ## install what the tests run into ~/.cache/baton: Cassandra (Mave
 
 # Packages tested without the race detector: image building and releasing (gzip and hashing of a 75 MB layer take
 # five times as long under -race) and the real node's end-to-end tests, whose code under test runs
-# in pods (built without -race, as users run it) and which build the images too. Every package of
-# the lock, the sidecar, the operator and the tools around them runs with -race.
-NORACE := /internal/build/imagebuild$$|/internal/build/ociimage$$|/internal/build/release$$|/test/e2e$$
+# in pods (built without -race, as users run it) and which build the images too; batonnode's
+# two-node test is one of those, and runs there after the race phase for the same reason as the
+# e2e package (a cluster's processes would starve the timing-sensitive tests running beside it).
+# Every package of the lock, the sidecar, the operator and the tools around them runs with -race.
+NORACE := /internal/build/imagebuild$$|/internal/build/ociimage$$|/internal/build/release$$|/internal/testing/batonnode$$|/test/e2e$$
 
 # The race phase's longest packages, in the order go test starts them (it runs two test binaries at
 # a time on two cores, in the order of the command line): the long ones first, so that the short

@@ -16,8 +16,9 @@
 //	localkube       real kube-apiserver, kube-controller-manager,     building the control plane and the tools
 //	                etcd, kubectl, helm built from Go modules; starts  (hack/kube install); tests rarely call it
 //	                envtest against them                              directly: use testenv.Kube
-//	localnode       a real node: localkube's control plane plus       what batonnode and testenv.Node build on
-//	                containerd, runc, CNI, kubelet, kube-proxy (root)
+//	localnode       real nodes (1 to 3, each in a sandbox of its      what batonnode and testenv.Node build on
+//	                own): localkube's control plane plus containerd,
+//	                runc, CNI, kubelet, kube-proxy per node (root)
 //	testenv         the test binary's shared components, started      any test against real Cassandra
 //	                once on first use and stopped by TestMain:        (NewCassandra), a real API server with
 //	                Cassandra, Kube (envtest, CRDs), Node; plus       baton's CRDs (NewKubeWithCRDs), a real

@@ -32,7 +32,11 @@ func TestKilledSidecarIsRestarted(t *testing.T) {
 	// The app's view: the holder's socket, reached from the host through the kubelet's emptyDir.
 	socket := filepath.Join(c.node.EmptyDir(string(holder.UID), inject.SocketVolume), filepath.Base(sidecarclient.SocketPath))
 	app := sidecarClient(t, socket)
-	events, streamErr := app.Events(ctx)
+	// Subscribe, not Events: the stream must be open before the kill for its end to show the kill.
+	events, streamErr, err := app.Subscribe(ctx)
+	if err != nil {
+		t.Fatalf("subscribing to the holder's events: %v", err)
+	}
 	if st, err := app.Lock(ctx, "demo"); err != nil || st.State != sidecarclient.StateHeld || st.Token != token {
 		t.Fatalf("the holder's sidecar through its socket: %+v, %v; want held with token %d", st, err, token)
 	}
@@ -43,6 +47,16 @@ func TestKilledSidecarIsRestarted(t *testing.T) {
 	}
 	before := containerStatus(holder, inject.ContainerName)
 	answers := demoapp.Poll(ctx, "http://"+svcIP+"/", 50*time.Millisecond, nil)
+	// The gap logged below runs from the last held answer with the old token, so there must be
+	// one before the kill.
+	testenv.WaitFor(t, "a held answer with the holder's token through the Service", time.Minute, func() bool {
+		for _, a := range answers.Since(0) {
+			if a.Err == nil && a.Status.State == sidecarclient.StateHeld && a.Status.Token == token {
+				return true
+			}
+		}
+		return false
+	})
 	if err := c.node.KillContainer(ctx, before.ContainerID); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -53,7 +54,23 @@ func TestLabelPolicy(t *testing.T) {
 	})
 	t.Logf("3 pods Ready %s after the Deployment was created; none holds the lock yet", took.Round(time.Millisecond))
 	socket := filepath.Join(c.node.EmptyDir(string(pods[0].UID), inject.SocketVolume), filepath.Base(sidecarclient.SocketPath))
-	st, err := sidecarClient(t, socket).Acquire(ctx, "demo", 10*time.Second)
+	// Ready says nothing about the sidecar here: in mode Try with trafficPolicy Label no probe of
+	// the pod waits for the lock store, so a Ready pod's sidecar may still be opening it and
+	// answer 503 starting, which (sidecarclient's doc) means ask again later, as an app does.
+	app := sidecarClient(t, socket)
+	var st sidecarclient.LockStatus
+	var err error
+	starting := 0
+	testenv.WaitFor(t, pods[0].Name+"'s sidecar to serve its locks", time.Minute, func() bool {
+		st, err = app.Acquire(ctx, "demo", 10*time.Second)
+		if errors.Is(err, sidecarclient.ErrStarting) {
+			if starting++; starting == 1 {
+				t.Logf("acquire through %s's socket: %v; asking again", pods[0].Name, err)
+			}
+			return false
+		}
+		return true
+	})
 	if err != nil || st.State != sidecarclient.StateHeld {
 		t.Fatalf("acquire through %s's socket: %+v, %v", pods[0].Name, st, err)
 	}

@@ -6,6 +6,7 @@ package batonnode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,8 @@ type StartOptions struct {
 	// InstallTimeout bounds installing and building (cache hits normally); StartTimeout bounds
 	// starting the installed node (about 15 seconds here). Zero means 45 and 3 minutes.
 	InstallTimeout, StartTimeout time.Duration
+	// Nodes is how many nodes the cluster has (localnode.Options.Nodes; 0: one).
+	Nodes int
 }
 
 // Start installs what the node runs (normally cache hits), builds baton's images and starts the
@@ -80,6 +83,7 @@ func Start(ctx context.Context, o StartOptions) (*localnode.Node, imagebuild.Res
 		PauseImage: imagebuild.PauseTag,
 		Images:     []string{images.Archive},
 		Progress:   progress,
+		Nodes:      o.Nodes,
 	})
 	if err != nil {
 		return nil, imagebuild.Result{}, fmt.Errorf("did not start: %w", err)
@@ -107,6 +111,9 @@ type Chart struct {
 	// as a released chart does with its image archive imported; false runs imagebuild.BatonTag.
 	// Either way the image is never pulled.
 	ChartImage bool
+	// NodeSelector is the chart's nodeSelector for the operator's pod, e.g. the node that is never
+	// powered off: {localnode.NodeRoleLabel: localnode.RoleSystem}. Empty: any node.
+	NodeSelector map[string]string
 }
 
 // Install runs helm install of the chart into baton-system, as the user guide says, with the image
@@ -142,6 +149,13 @@ func Install(ctx context.Context, c Chart) ([]byte, error) {
 	if c.MetricsPort != 0 {
 		args = append(args, "--set", fmt.Sprintf("sidecar.metricsPort=%d", c.MetricsPort))
 	}
+	if len(c.NodeSelector) > 0 {
+		sel, err := json.Marshal(c.NodeSelector)
+		if err != nil {
+			return nil, fmt.Errorf("batonnode: node selector: %w", err)
+		}
+		args = append(args, "--set-json", "nodeSelector="+string(sel))
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, c.Helm, args...).CombinedOutput()
@@ -167,6 +181,21 @@ type Workload struct {
 	// Contend makes the demo app ask for the lock and ask again when it stops holding it (for
 	// mode Try; demoapp.EnvContend).
 	Contend bool
+	// Spread puts each pod on a node of its own (the affinity Spread returns): at most as many
+	// replicas run as the cluster has nodes; the others stay Pending.
+	Spread bool
+}
+
+// Spread is the affinity that keeps pods with labels off a node that already runs one: a required
+// anti-affinity on the node's host name, as a real cluster spreads the replicas of a workload
+// that must survive a node's loss.
+func Spread(labels map[string]string) *corev1.Affinity {
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+			TopologyKey:   corev1.LabelHostname,
+		}},
+	}}
 }
 
 // Objects returns the workload's DistributedLock; the Deployment of the demo app annotated with
@@ -194,6 +223,10 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 		env = append(env, corev1.EnvVar{Name: demoapp.EnvContend, Value: "true"})
 	}
 	labels := map[string]string{"app": w.Name}
+	var affinity *corev1.Affinity
+	if w.Spread {
+		affinity = Spread(labels)
+	}
 	all := intstr.FromString("100%")
 	replicas := w.Replicas
 	dep := &appsv1.Deployment{
@@ -209,7 +242,7 @@ func (w Workload) Objects() (*batonv1.DistributedLock, *appsv1.Deployment, *core
 					Env:            env,
 					Ports:          []corev1.ContainerPort{{ContainerPort: 8080}},
 					ReadinessProbe: probe,
-				}}},
+				}}, Affinity: affinity},
 			},
 		},
 	}

@@ -64,34 +64,58 @@
 //
 // # Running a node
 //
-// [Start] runs a single-node cluster as root on the binaries Install returns
-// ([ComponentsOf]) and waits until the node is Ready: etcd, kube-apiserver
+// [Start] runs a cluster as root on the binaries Install returns
+// ([ComponentsOf]) and waits until its nodes are Ready: etcd, kube-apiserver
 // (Node and RBAC authorization, ServiceAccount admission on, so pods get
-// tokens), kube-controller-manager and kube-scheduler; then containerd (its
-// own root, state and socket), the kubelet (cgroupfs, cgroup v1 tolerated)
-// and kube-proxy in iptables mode. Each component has a client certificate
-// with the identity the API server's bootstrap RBAC expects
-// (system:kube-controller-manager, system:node:baton-node, ...); the admin's
+// tokens), kube-controller-manager and kube-scheduler; then, per node,
+// containerd (its own root, state and socket), the kubelet (cgroupfs, cgroup
+// v1 tolerated) and kube-proxy in iptables mode. Each component has a client
+// certificate with the identity the API server's bootstrap RBAC expects
+// (system:kube-controller-manager, system:node:baton-node-1, ...); the admin's
 // kubeconfig is [Node.Kubeconfig]. Images are docker-archive tarballs
-// imported with ctr before the kubelet starts; nothing is ever pulled.
+// imported with ctr into every node before its kubelet starts; nothing is
+// ever pulled.
+//
+// Each node runs in a sandbox of its own (issue 27), the way kind's node
+// containers do but without an image or a container runtime around it: a
+// holder process in fresh network, mount and UTS namespaces, the node's
+// daemons entering them with nsenter, a cgroup root /baton-node-<i> in every
+// hierarchy (the kubelet's cgroupRoot, so the node's pods are below it too),
+// and the host paths containerd and the kubelet cannot move replaced by the
+// node's own inside its mount namespace. [Options].Nodes asks for 1 (the
+// default) to [MaxNodes] nodes: node i is baton-node-<i> at 198.18.0.(10+i)
+// on [NodeSubnet], with its pods on 198.18.(16+i).0/24 behind a bridge of its
+// own, all inside [SandboxClusterCIDR], and the label [NodeRoleLabel]
+// ([RoleSystem] for node 1, [RoleWorker] for the others). Node 1 starts first
+// and must start; the others start after it side by side, and one that fails
+// is named in [Node].Missing while the cluster runs without it.
 //
 // The network exists only on this machine, in 198.18.0.0/15 (reserved for
-// benchmarking, RFC 2544): a bridge baton0 with the host at [HostIP], pods
-// from [PodRangeStart]-[PodRangeEnd], Services in [ServiceSubnet] (routed to
-// the bridge, so a packet to a Service kube-proxy has not programmed yet never
-// leaves the machine), and an iptables chain that rejects anything the pods
-// send beyond the bridge. The API server listens on HostIP, where pods reach
-// it through the kubernetes Service. Everything the node writes is under
-// [BaseDir]; the components log to BaseDir/logs, the pods to
-// BaseDir/pod-logs. One node runs on a machine at a time (a file lock in
-// /run): a second Start waits.
+// benchmarking, RFC 2544): a bridge baton0 with the host at [HostIP] and one
+// veth batonv<i> per node; a route from the host and from every node to each
+// node's pods through that node (no overlay, as kindnet does); Services in
+// [ServiceSubnet], routed from the host through node 1, whose kube-proxy
+// translates and masquerades the host's Service traffic; and an iptables
+// chain that rejects anything the nodes send beyond the bridge. No sysctl of
+// the host's network is changed. The API server and the tests' Cassandra
+// listen on HostIP, the nodes' default gateway; pods reach the API server
+// through the kubernetes Service. Everything the nodes write is under
+// [BaseDir] (node 1 in BaseDir itself, node i ≥ 2 in BaseDir/nodes/<i>); the
+// components log to <dir>/logs, the pods to <dir>/pod-logs. One cluster runs
+// on a machine at a time (a file lock in /run): a second Start waits.
+//
+// With [Options].Unsandboxed, or the environment variable BATON_NODE_SANDBOX=0
+// (for a machine that cannot run the sandbox, or to compare), Start runs the
+// node of before instead: baton-node, in the host's namespaces, with HostIP as
+// its address, its pods on baton0 itself from [PodRangeStart] to
+// [PodRangeEnd], and host forwarding and bridged traffic through iptables
+// turned on. It has one node only.
 //
 // The code has two halves: the control plane (controlplane.go: the CA,
 // etcd, the API server, the controllers) and the node (node.go: containerd,
 // the kubelet, kube-proxy), which a [NodeSpec] configures (name, address,
-// pod network, bridge) and which keeps every file under a directory of its
-// own; today's one node has the values of the constants below and BaseDir as
-// its directory.
+// pod network, bridge, cgroup root, role) and which keeps every file under a
+// directory of its own.
 //
 // containerd is told to keep off two paths every containerd on a machine
 // shares: the pods' network namespaces are mounted under its state directory
@@ -100,15 +124,16 @@
 //
 // The kubelet changes machine-wide kernel settings when it starts
 // (vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops,
-// kernel.keys.root_maxkeys and root_maxbytes), and Start turns on forwarding
-// and bridged traffic through iptables. Start saves their values first, in
+// kernel.keys.root_maxkeys and root_maxbytes), and the unsandboxed node turns
+// on forwarding and bridged traffic through iptables. Start saves their values first, in
 // /run/baton-node/sysctl.saved, and only if that file is absent, so that
 // after a crash the values from before the crashed node are the ones kept;
 // Stop, and the next Start, put them back. Values from before the first node
 // that did not save them are not known.
 //
-// [Node.Stop] stops the components, kills what is left in the kubepods
-// cgroups and the containerd shims, unmounts, deletes the pods' network
+// [Node.Stop] stops the components, destroys each node's sandbox with
+// everything in it, kills what is left in the kubepods cgroups and the
+// containerd shims, unmounts, deletes the pods' network
 // namespaces, kube-proxy's and the kubelet's iptables chains, the bridge,
 // what the components write outside BaseDir because they cannot be told
 // otherwise (shims' sockets in /run/containerd/s once nothing listens on
@@ -116,28 +141,15 @@
 // kubelet's links to pod logs in /var/log/containers, its stale
 // device-plugin socket) and BaseDir, and puts the kernel settings back;
 // Start does the same first, for a node that was never stopped. It also
-// ends sandboxed nodes (below), running, frozen or left by a crashed run:
-// every process in a baton-node-* cgroup (thawed first), those cgroups, and
+// ends sandboxed nodes running, frozen or left by a crashed run: every process in a baton-node-* cgroup (thawed first), those cgroups, and
 // the host links batonv* that a surviving process kept.
 // [Leftovers] lists what of all this is on the machine: empty after Stop.
 //
-// A sandboxed node (issue 27, several nodes on one machine), off by default:
-// with [Options].Sandboxed, or the environment variable BATON_NODE_SANDBOX=1,
-// Start runs node 1 of the sandboxed layout instead of today's node:
-// baton-node-1 at 198.18.0.11, pods on 198.18.17.0/24, containerd, the
-// kubelet and kube-proxy inside the node's sandbox, with its cgroup root
-// /baton-node-1; Stop destroys the sandbox with everything in it. Its pieces,
-// each tested on its own on this machine:
+// The sandbox's pieces, each tested on its own on this machine:
 // cgroupLayout (a node's cgroup root in every hierarchy, frozen or killed
-// as one), sandbox (a holder process in fresh network, mount and UTS
-// namespaces, daemons entering them with nsenter, the host paths containerd
-// and the kubelet cannot move replaced by the node's own, the node's side of
-// the network, joined to the host by a veth batonv<i> on baton0: attach),
-// sandboxedNodes (the addressing of up to [MaxNodes] nodes on [NodeSubnet]
-// with pods in [SandboxClusterCIDR]) and setUpHostNetwork (the host's side:
-// baton0 as the nodes' /24, a route to each node's pods through the node,
-// the Service network through node 1, whose kube-proxy masquerades the
-// host's Service traffic; no sysctl of the host changed).
+// as one), sandbox (the holder, nsenter, the private paths, and the node's
+// side of the network, joined to the host by its veth: attach),
+// sandboxedNodes (the addressing) and setUpHostNetwork (the host's side).
 //
 // What a real host needed that a stand-in would not show: the kubelet asks
 // for oom_score_adj -998 for pod sandboxes, which needs CAP_SYS_RESOURCE; a

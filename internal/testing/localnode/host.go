@@ -47,7 +47,9 @@ const (
 const BaseDir = "/var/lib/baton-node"
 
 // CheckHost reports what this machine lacks to run a node: root, the kernel's bridge netfilter
-// and overlayfs, and the commands runc, iptables and ip. nil means it can.
+// and overlayfs, and the commands ip and, for the sandboxed node (the default), nsenter. nil
+// means it can. It does not check runc and iptables (Install does) nor the cgroup files a
+// sandbox needs (Start reports those).
 func CheckHost() error {
 	var missing []string
 	if os.Geteuid() != 0 {
@@ -62,9 +64,12 @@ func CheckHost() error {
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		missing = append(missing, "cgroups at /sys/fs/cgroup")
 	}
-	for _, cmd := range []string{"ip"} {
-		if _, err := exec.LookPath(cmd); err != nil {
-			missing = append(missing, cmd+" (Debian package iproute2)")
+	if _, err := exec.LookPath("ip"); err != nil {
+		missing = append(missing, "ip (Debian package iproute2)")
+	}
+	if (Options{}).sandboxed() {
+		if _, err := exec.LookPath("nsenter"); err != nil {
+			missing = append(missing, "nsenter (Debian package util-linux), for the node's sandbox (or run the unsandboxed node: BATON_NODE_SANDBOX=0)")
 		}
 	}
 	if len(missing) == 0 {

@@ -33,7 +33,8 @@ import (
 //	dir/pod-logs/     the pods' logs
 //	dir/logs/         the components' logs
 //
-// Today's one node has dir = BaseDir, shared with the control plane.
+// The first node has dir = BaseDir, shared with the control plane; node i ≥ 2 of a sandboxed
+// cluster has BaseDir/nodes/<i>.
 type kubeNode struct {
 	spec       NodeSpec
 	dir        string
@@ -45,17 +46,18 @@ type kubeNode struct {
 	sb *sandbox
 }
 
-// start writes the node's certificates and configuration, starts containerd, imports images,
+// start writes the node's certificates and configuration, makes its sandbox if it has one (with
+// routes to the pod subnets of peers), starts containerd, imports images,
 // starts the kubelet and waits until the API server reports the node Ready, then starts
 // kube-proxy and waits for its health check. The processes it started are in n.procs even when
 // it fails, for stop.
-func (n *kubeNode) start(ctx context.Context, cp *controlPlane, images []string) error {
+func (n *kubeNode) start(ctx context.Context, cp *controlPlane, images []string, peers []NodeSpec) error {
 	files, err := n.writeConfig(cp.ca)
 	if err != nil {
 		return err
 	}
 	if n.spec.HostLink != "" {
-		if err := n.enterSandbox(ctx); err != nil {
+		if err := n.enterSandbox(ctx, peers); err != nil {
 			return err
 		}
 	}
@@ -76,10 +78,11 @@ func (n *kubeNode) start(ctx context.Context, cp *controlPlane, images []string)
 }
 
 // enterSandbox makes the node's sandbox (its cgroup root in every hierarchy, the holder of its
-// namespaces), joins it to the host bridge and mounts its private paths, so that the daemons
+// namespaces), joins it to the host bridge with routes to the pods of peers (the cluster's
+// nodes, this one included) and mounts its private paths, so that the daemons
 // startProcess starts from then on run inside. The sandbox is in n.sb even when a later step
 // fails, for stop.
-func (n *kubeNode) enterSandbox(ctx context.Context) error {
+func (n *kubeNode) enterSandbox(ctx context.Context, peers []NodeSpec) error {
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return fmt.Errorf("localnode: %w", err)
@@ -93,7 +96,7 @@ func (n *kubeNode) enterSandbox(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.sb.attach(ctx, n.spec, []NodeSpec{n.spec}); err != nil {
+	if err := n.sb.attach(ctx, n.spec, peers); err != nil {
 		return err
 	}
 	if err := n.sb.mountPrivate(ctx, n.dir); err != nil {
@@ -167,12 +170,16 @@ func (n *kubeNode) startKubelet(ctx context.Context, cp *controlPlane, files con
 		return err
 	}
 	step := time.Now()
-	kubelet, err := n.startProcess("kubelet", n.c.Kubelet, flags(
+	args := flags(
 		"config", kcFiles["config.yaml"], "kubeconfig", kubeconfig,
 		"root-dir", kubeletDir, "cert-dir", filepath.Join(kubeletDir, "pki"),
 		"hostname-override", n.spec.Name, "node-ip", n.spec.IP,
 		"v", "1",
-	), path)
+	)
+	if n.spec.Role != "" {
+		args = append(args, "--node-labels", NodeRoleLabel+"="+n.spec.Role)
+	}
+	kubelet, err := n.startProcess("kubelet", n.c.Kubelet, args, path)
 	if err != nil {
 		return err
 	}
@@ -250,9 +257,14 @@ func (n *kubeNode) killContainer(ctx context.Context, containerID string) error 
 	return nil
 }
 
+// podDir returns where the node's kubelet keeps a pod's volumes and state.
+func (n *kubeNode) podDir(podUID string) string {
+	return filepath.Join(n.dir, "kubelet", "pods", podUID)
+}
+
 // emptyDir returns where the node's kubelet keeps a pod's emptyDir volume.
 func (n *kubeNode) emptyDir(podUID, volume string) string {
-	return filepath.Join(n.dir, "kubelet", "pods", podUID, "volumes", "kubernetes.io~empty-dir", volume)
+	return filepath.Join(n.podDir(podUID), "volumes", "kubernetes.io~empty-dir", volume)
 }
 
 // startProcess starts a daemon of the node, inside its sandbox if it has one (the pid is the

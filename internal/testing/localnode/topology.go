@@ -7,8 +7,8 @@ import "fmt"
 // the CA, the Service network, HostIP as the API server's and the nodes' gateway address) is the
 // cluster's.
 //
-// Today a cluster has one node, [singleNode], which lives in the host's network namespace; the
-// fields exist so that further nodes, each in a sandbox of its own, can differ in them.
+// A cluster has one node in the host's namespaces ([singleNode], with Options.Unsandboxed) or one
+// to [MaxNodes] nodes, each in a sandbox of its own ([sandboxedNodes]).
 type NodeSpec struct {
 	// Name is the node's name in the API (the kubelet's --hostname-override, kube-proxy's
 	// hostnameOverride and the CommonName system:node:<Name> of its client certificate).
@@ -33,7 +33,20 @@ type NodeSpec struct {
 	// HostLink is the host's end of the veth pair that joins a sandboxed node to the host bridge
 	// (its other end is eth0 in the node); "" for a node in the host's network namespace.
 	HostLink string
+	// Role is the value of the node's label NodeRoleLabel (the kubelet's --node-labels):
+	// RoleSystem for node 1 of a sandboxed cluster, RoleWorker for the others, "" (no label) for
+	// today's unsandboxed node.
+	Role string
 }
+
+// NodeRoleLabel labels each sandboxed node with its role, so that a workload can be steered onto
+// the node that is never powered off (RoleSystem, node 1: the gateway of the host's Service
+// traffic) or off it (RoleWorker). A test rig's label, not one of baton's keys.
+const (
+	NodeRoleLabel = "localnode/role"
+	RoleSystem    = "system"
+	RoleWorker    = "worker"
+)
 
 // singleNode is the one node of today's cluster: in the host's network namespace, the host's own
 // address on the bridge as its InternalIP, and every pod on baton0.
@@ -51,7 +64,7 @@ func singleNode() NodeSpec {
 	}
 }
 
-// Addresses of sandboxed nodes (issue 27, increment 1; no node uses them yet). The host stays
+// Addresses of sandboxed nodes (issue 27). The host stays
 // HostIP on baton0, the API server's and Cassandra's address and the nodes' default gateway;
 // node i (1-based) is 198.18.0.(10+i) on NodeSubnet, and its pods are on 198.18.(16+i).0/24 behind
 // a bridge of its own, all inside SandboxClusterCIDR, which excludes NodeSubnet so that traffic
@@ -98,6 +111,10 @@ func sandboxedNodes(n int) ([]NodeSpec, error) {
 			ClusterCIDR: SandboxClusterCIDR,
 			CgroupRoot:  "/" + sandboxNodeName(i),
 			HostLink:    fmt.Sprintf("%s%d", hostLinkPrefix, i),
+			Role:        RoleWorker,
+		}
+		if i == 1 {
+			specs[i-1].Role = RoleSystem
 		}
 	}
 	return specs, nil

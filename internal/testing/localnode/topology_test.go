@@ -48,6 +48,10 @@ func TestSandboxedNodesAddressing(t *testing.T) {
 				// cleanUp finds a crashed node's link and cgroups by these prefixes; 15 is IFNAMSIZ-1.
 				t.Errorf("%s: host link %q (want %s*, at most 15 bytes), cgroup root %q (want /%s*)", s.Name, s.HostLink, hostLinkPrefix, s.CgroupRoot, nodeCgroupPrefix)
 			}
+			if want := map[bool]string{true: RoleSystem, false: RoleWorker}[s.Name == sandboxNodeName(1)]; s.Role != want {
+				// Node 1 is the host's gateway to Services and is never powered off.
+				t.Errorf("%s: role %q, want %q", s.Name, s.Role, want)
+			}
 			for _, other := range subnets {
 				if other.Overlaps(pods) {
 					t.Errorf("%s: pod subnet %s overlaps %s", s.Name, pods, other)
@@ -79,5 +83,36 @@ func TestSandboxedNodesAddressing(t *testing.T) {
 	}
 	if strings.Contains(string(kubeletConfig(singleNode(), "/s", "/c", "/p", "/l")), "cgroupRoot") {
 		t.Error("today's node's kubelet config has a cgroupRoot: it must keep the kubelet's default")
+	}
+}
+
+// TestNodeCount: Options.Nodes wins; without it BATON_NODES says how many nodes, 1 without either;
+// a count out of range or not a number is an error. BATON_NODE_SANDBOX=0 (only 0) turns the
+// sandbox off.
+func TestNodeCount(t *testing.T) {
+	for _, c := range []struct {
+		nodes int
+		env   string
+		want  int
+		bad   bool
+	}{
+		{0, "", 1, false}, {2, "", 2, false}, {0, "3", 3, false}, {2, "3", 2, false},
+		{0, "4", 0, true}, {0, "0", 0, true}, {0, "two", 0, true},
+	} {
+		t.Setenv(nodesEnv, c.env)
+		got, err := Options{Nodes: c.nodes}.nodeCount()
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("Nodes %d, %s=%q: %d, %v; want %d (error: %v)", c.nodes, nodesEnv, c.env, got, err, c.want, c.bad)
+		}
+	}
+	for env, want := range map[string]bool{"": true, "1": true, "0": false} {
+		t.Setenv(sandboxEnv, env)
+		if got := (Options{}).sandboxed(); got != want {
+			t.Errorf("%s=%q: sandboxed %v, want %v", sandboxEnv, env, got, want)
+		}
+	}
+	t.Setenv(sandboxEnv, "")
+	if (Options{Unsandboxed: true}).sandboxed() {
+		t.Error("Options.Unsandboxed: sandboxed")
 	}
 }

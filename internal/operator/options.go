@@ -48,6 +48,15 @@ const (
 // centre; a one-node development Cassandra needs SimpleStrategy with replication_factor 1.
 const DefaultSchemaReplication = "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}"
 
+// The operator's default client-side limit on its Kubernetes API requests: each DistributedLock's
+// reconcile writes its status once when something changed, so a burst of new locks is written at
+// this rate (1,000 locks in about 20 s, instead of the 3 min 20 s of client-go's default of 5 per
+// second). kube-controller-manager's own defaults are 20 and 30.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
 // Options are the operator's settings, one flag each (see Usage).
 type Options struct {
 	Kubeconfig  string
@@ -104,7 +113,14 @@ type Options struct {
 	StatusInterval time.Duration
 	// MaxConcurrentReconciles is how many DistributedLocks are reconciled at once.
 	MaxConcurrentReconciles int
-	LogVerbosity            int
+	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit of the operator's API client
+	// (requests per second, and how many may go at once above it); Run sets them on its
+	// rest.Config. Without them client-go allows 5 per second (burst 10), which holds 1,000 new
+	// DistributedLocks' first status writes up for minutes. They do not bound what the API
+	// server's own priority and fairness does.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+	LogVerbosity int
 
 	// SharedProcess lets more than one operator run in this process (internal/testing/devcluster runs one
 	// per control plane, and a test may start two): controller-runtime then does not insist that
@@ -145,6 +161,8 @@ func (o *Options) flagSet(getenv func(string) string) (*flag.FlagSet, []*quantit
 	fs.Var(listFlag{&o.OperatorKeyspaces}, "cassandra-operator-keyspaces", "keyspaces where the operator uses its own Cassandra credentials on its default contact points and may create the schema, comma-separated (default: --cassandra-keyspace)")
 	fs.DurationVar(&o.StatusInterval, "status-interval", controllers.DefaultStatusInterval, "safety refresh of DistributedLock status when nothing changed (1s to 1h, jittered ±10%): status follows the pods' changes at once; the refresh catches store changes no pod change announces")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many DistributedLocks are reconciled at once, 1-100: a lock whose Cassandra hangs holds up one worker, for at most 1s per connection attempt")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "requests per second the operator's Kubernetes API client sends at most, on average (0.1-10000; client-go alone would allow 5)")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "requests the operator's Kubernetes API client may send at once above --kube-api-qps (at least --kube-api-qps, at most 100000)")
 	fs.IntVar(&o.LogVerbosity, "log-verbosity", 0, "log verbosity (0: changes and errors; 1: every decision)")
 	fs.StringVar(&o.NativeSidecars, "native-sidecars", NativeAuto, "inject native sidecars (Kubernetes >= 1.29): auto (from the server version), true or false")
 	fs.Func("sidecar-hint-port", fmt.Sprintf("UDP port on each pod's IP for hand-off hints between sidecars, 1024-65535; 0: off, waiters only poll (default %d)", hintudp.DefaultPort), func(v string) error {
@@ -286,6 +304,14 @@ func (o Options) Validate() error {
 	}
 	if o.MaxConcurrentReconciles < 1 || o.MaxConcurrentReconciles > 100 {
 		bad("--max-concurrent-reconciles=%d: use 1 to 100", o.MaxConcurrentReconciles)
+	}
+	if o.KubeAPIQPS < 0.1 || o.KubeAPIQPS > 10000 {
+		bad("--kube-api-qps=%g: use 0.1 to 10000 requests per second", o.KubeAPIQPS)
+	}
+	if o.KubeAPIBurst < 1 || o.KubeAPIBurst > 100000 {
+		bad("--kube-api-burst=%d: use 1 to 100000 requests", o.KubeAPIBurst)
+	} else if float64(o.KubeAPIBurst) < o.KubeAPIQPS {
+		bad("--kube-api-burst=%d is below --kube-api-qps=%g: the burst must hold at least one second's requests", o.KubeAPIBurst, o.KubeAPIQPS)
 	}
 	if (o.CassandraUsernameFile == "") != (o.CassandraPasswordFile == "") {
 		bad("--cassandra-username-file and --cassandra-password-file go together")

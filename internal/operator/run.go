@@ -63,7 +63,8 @@ import (
 const nativeSidecarsSince = "1.29.0"
 
 // RESTConfig returns the client configuration of o: --kubeconfig, else $KUBECONFIG or
-// ~/.kube/config, else the in-cluster configuration.
+// ~/.kube/config, else the in-cluster configuration. Its client-side rate limit is o's
+// (--kube-api-qps, --kube-api-burst); Run sets the same on whatever configuration it is given.
 func RESTConfig(o Options) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = o.Kubeconfig
@@ -72,7 +73,18 @@ func RESTConfig(o Options) (*rest.Config, error) {
 		return nil, fmt.Errorf("operator: Kubernetes client configuration: %w", err)
 	}
 	cfg.UserAgent = "baton-operator"
-	return cfg, nil
+	return WithClientLimits(o, cfg), nil
+}
+
+// WithClientLimits returns a copy of cfg with o's client-side rate limit (--kube-api-qps,
+// --kube-api-burst), replacing whatever cfg had: a configuration loaded from a kubeconfig or in
+// a cluster has none, and client-go then allows 5 requests per second. cfg is not changed. It
+// does not set a RateLimiter; one already in cfg overrides QPS and Burst (client-go's rule).
+func WithClientLimits(o Options, cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS = float32(o.KubeAPIQPS)
+	c.Burst = o.KubeAPIBurst
+	return c
 }
 
 // Scheme returns the types the operator works with.
@@ -88,8 +100,10 @@ func Scheme() (*runtime.Scheme, error) {
 // from which controller-runtime derives each reconcile's logger (with the controller's name, the
 // request and the reconcileID), which the reconcilers take from their context. Its phases: check
 // the options and the cluster, build the manager, add the controllers, add the webhook and its
-// certificate, add the health checks, and run the manager.
+// certificate, add the health checks, and run the manager. Its API client uses o's client-side
+// rate limit, whatever cfg says (WithClientLimits).
 func Run(ctx context.Context, o Options, cfg *rest.Config, log logr.Logger) error {
+	cfg = WithClientLimits(o, cfg)
 	scheme, defaults, err := prepare(&o, cfg, log)
 	if err != nil {
 		return err
@@ -132,7 +146,8 @@ func prepare(o *Options, cfg *rest.Config, log logr.Logger) (*runtime.Scheme, ca
 		return nil, none, err
 	}
 	log.Info("starting", "namespace", o.Namespace, "sidecarImage", o.Inject.Image, "nativeSidecars", o.Inject.NativeSidecars,
-		"cassandra", o.Inject.Cassandra.ContactPoints, "webhookCerts", o.WebhookCerts, "globalNamespaces", o.Inject.GlobalNamespaces)
+		"cassandra", o.Inject.Cassandra.ContactPoints, "webhookCerts", o.WebhookCerts, "globalNamespaces", o.Inject.GlobalNamespaces,
+		"kubeAPIQPS", o.KubeAPIQPS, "kubeAPIBurst", o.KubeAPIBurst)
 	defaults, err := o.defaultCredentials()
 	if err != nil {
 		return nil, none, err

@@ -184,6 +184,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	// The operator runs as its service account: a missing RBAC marker shows up here.
 	opCfg := rest.CopyConfig(o.Server)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + Namespace + ":" + OperatorAccount}
+	// No client-side rate limit of the test's own (envtest's 1000 per second), as a kubeconfig or
+	// the in-cluster configuration carries none: the operator's --kube-api-qps and --kube-api-burst
+	// decide, as in a cluster.
+	opCfg.QPS, opCfg.Burst = 0, 0
 	cl.opDone = make(chan struct{})
 	go func() {
 		cl.opErr = operator.Run(runCtx, opts, opCfg, o.Log.WithName("operator"))

@@ -75,8 +75,10 @@ test: check install-deps ## all tests, race detector on, against real Cassandra 
 	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|simulation |\s+\S+_test\.go:[0-9]+: )' || true
 	@# The real node's end-to-end tests run after the others: with three Cassandra nodes and a
 	@# node's worth of processes at once, two cores starve the timing-sensitive tests of both.
-	@# Their tests without a timing bound (t.Parallel) run four at a time.
-	$(GO) test -count=1 -timeout 30m -parallel 4 -v $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -E '$(NORACE)') 2>&1 | tee -a $(OUT)/test.log \
+	@# Their tests without a timing bound (t.Parallel) run four at a time. One package at a time
+	@# (-p 1): each starts nodes of its own, and test/e2e checks that the machine's sysctls are
+	@# back after its node stopped, which another package's kubelet changes meanwhile.
+	$(GO) test -p 1 -count=1 -timeout 30m -parallel 4 -v $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -E '$(NORACE)') 2>&1 | tee -a $(OUT)/test.log \
 	  | grep -E --line-buffered '^(--- |ok |FAIL|panic:|cassandra |\s+\S+_test\.go:[0-9]+: )' || true
 	@! grep -qE '^(FAIL|panic:|--- FAIL)' $(OUT)/test.log
 	@# Each fuzz target's slice of make test. The handler (every exchange checked against the

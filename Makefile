@@ -85,7 +85,7 @@ test: check install-deps ## all tests, race detector on, against real Cassandra 
 	@# OpenAPI document) and the hint parser run for a time rather than a count: their rate swings
 	@# from 2,000 to 300,000 inputs a second as the fuzz cache grows, and 150,000 hint inputs took
 	@# 24-50 s. The handler first replays its cached corpus (400 inputs, about 15 s), hence 30 s.
-	@for target in internal/sidecarapi:FuzzHandler:30s lock:FuzzParseOwner:150000x lock:FuzzValidateLockID:150000x lock/hintudp:FuzzParseHint:10s; do \
+	@for target in internal/sidecarapi:FuzzHandler:30s lock:FuzzParseOwner:100000x lock:FuzzValidateLockID:100000x lock/hintudp:FuzzParseHint:10s; do \
 	  IFS=: read -r pkg fn budget <<< "$$target"; budget=$(or $(FUZZTIME),$$budget); \
 	  echo "fuzz $$fn ($$budget)"; \
 	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $$budget ./$$pkg/ > $(OUT)/fuzz-$$fn.log 2>&1 || true; \

@@ -99,18 +99,12 @@ func TestServiceReachesEveryPod(t *testing.T) {
 	// Through the Service, every replica answers sooner or later; each answer names its pod.
 	seen := map[string]bool{}
 	url := "http://" + svc.Spec.ClusterIP + "/"
-	var lastErr string
-	took = testenv.WaitFor(t, "answers from every pod through the Service", time.Minute, func() bool {
+	took = testenv.WaitForEveryAnswer(t, "answers from every pod through the Service", time.Minute, replicas, func() (string, error) {
 		st, err := demoapp.Ask(ctx, url)
-		if err != nil {
-			if err.Error() != lastErr { // refused until kube-proxy has the endpoints
-				t.Logf("GET %s: %v", url, err)
-				lastErr = err.Error()
-			}
-			return false
+		if err == nil {
+			seen[st.Pod] = true
 		}
-		seen[st.Pod] = true
-		return len(seen) == replicas
+		return st.Pod, err
 	})
 	t.Logf("answers from every pod through the Service %s after they were Ready", took.Round(time.Millisecond))
 	for _, p := range pods.Items {

@@ -2,9 +2,7 @@ package batonnode_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -160,20 +158,10 @@ func TestServiceAcrossTwoNodes(t *testing.T) {
 
 	// Through the Service every pod answers sooner or later: node 1's kube-proxy sends the host's
 	// connections to either pod, the one on node 2 across the nodes' link.
-	seen := map[string]bool{}
 	url := "http://" + svc.Spec.ClusterIP + "/"
-	var lastErr string
-	took = testenv.WaitFor(t, "answers from every pod through the Service", time.Minute, func() bool {
+	took = testenv.WaitForEveryAnswer(t, "answers from every pod through the Service", time.Minute, len(pods), func() (string, error) {
 		st, err := demoapp.Ask(ctx, url)
-		if err != nil {
-			if err.Error() != lastErr { // refused until kube-proxy has the endpoints
-				t.Logf("GET %s: %v", url, err)
-				lastErr = err.Error()
-			}
-			return false
-		}
-		seen[st.Pod] = true
-		return len(seen) == len(pods)
+		return st.Pod, err
 	})
 	t.Logf("answers from the pods on %d nodes through the Service %s after they were Ready", len(specs), took.Round(time.Millisecond))
 
@@ -187,7 +175,7 @@ func TestServiceAcrossTwoNodes(t *testing.T) {
 		{"http://" + net.JoinHostPort(to.Status.PodIP, "8080") + "/", to.Name},
 		{url, ""},
 	} {
-		st, err := askWith(ctx, inPod, target.url)
+		st, err := demoapp.AskWith(ctx, inPod, target.url)
 		if err != nil || (target.want != "" && st.Pod != target.want) {
 			t.Errorf("from pod %s on %s, GET %s: %+v, %v; want an answer from %q", from.Name, specs[1].Name, target.url, st, err, target.want)
 		}
@@ -230,23 +218,4 @@ func podPlaces(pods []corev1.Pod) []string {
 		s = append(s, p.Name+"@"+p.Spec.NodeName)
 	}
 	return s
-}
-
-// askWith is demoapp.Ask through client: the demo app's status at url.
-func askWith(ctx context.Context, client *http.Client, url string) (demoapp.Status, error) {
-	var st demoapp.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err := json.Unmarshal(body, &st); err != nil || st.Pod == "" {
-		return st, fmt.Errorf("%s: %s %q: not the demo app's status", url, resp.Status, body)
-	}
-	return st, nil
 }

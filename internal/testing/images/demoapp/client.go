@@ -14,14 +14,20 @@ import (
 // its own: kube-proxy picks a pod per connection, so every call is a fresh pick. An app without a
 // lock answers 503 with its status too; only an answer that is not the demo app's is an error.
 func Ask(ctx context.Context, url string) (Status, error) {
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	return AskWith(ctx, &http.Client{Transport: tr, Timeout: 2 * time.Second}, url)
+}
+
+// AskWith is Ask through client (for example one that dials from inside a pod's network
+// namespace); whether connections are reused is client's business.
+func AskWith(ctx context.Context, client *http.Client, url string) (Status, error) {
 	var st Status
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return st, err
 	}
-	tr := &http.Transport{DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 2 * time.Second}).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return st, err
 	}
